@@ -1,0 +1,22 @@
+"""Tenure's Dramatiq broker on SQLite leases (usable alone by any Dramatiq project).
+
+from broker import SQLiteBroker
+dramatiq.set_broker(SQLiteBroker("sqlite:///var/tenure.db"))
+"""
+
+from .errors import DatabaseUnavailable, LeaseLost, UnsupportedDatabase
+from .factory import make_broker
+from .sqlite import DEFAULT_LEASE_TTL_MS, DEFAULT_URL, SQLiteBroker
+from .store import SCHEMA_VERSION, schema_sql
+
+__all__ = [
+    "DEFAULT_LEASE_TTL_MS",
+    "DEFAULT_URL",
+    "SCHEMA_VERSION",
+    "DatabaseUnavailable",
+    "LeaseLost",
+    "SQLiteBroker",
+    "UnsupportedDatabase",
+    "make_broker",
+    "schema_sql",
+]

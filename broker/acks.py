@@ -1,0 +1,126 @@
+"""Group-committed acks and nacks.
+
+Worker threads hand their acks to one writer thread per process, which commits everything that
+arrived meanwhile in one ``BEGIN IMMEDIATE`` transaction: one fsync and one write-lock round per
+batch instead of per message. A crash before the commit means the message is delivered again after
+its lease expires, which at-least-once delivery allows. Every statement is fenced on
+``(id, owner, deliveries)``; a statement that matches nothing is a lost lease and is reported.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from dramatiq.common import current_millis
+
+from .errors import DatabaseUnavailable
+from .store import MessageStore
+
+logger = logging.getLogger(__name__)
+
+#: Delay before retrying a batch after the database was unavailable, in seconds.
+RETRY_DELAY_S = 0.5
+
+
+@dataclass(frozen=True)
+class Settlement:
+    """One ack (``body is None and not dead``) or nack to commit."""
+
+    row_id: int
+    deliveries: int
+    message_id: str
+    dead: bool = False
+    body: bytes | None = None
+    reason: str = ""
+
+
+class AckWriter:
+    def __init__(
+        self, store: MessageStore, owner: str, on_lost: Callable[[Settlement], None], on_done: Callable[[], None]
+    ) -> None:
+        self._store = store
+        self._owner = owner
+        self._on_lost = on_lost
+        self._on_done = on_done
+        self._pending: deque[Settlement] = deque()
+        self._cond = threading.Condition()
+        self._busy = False
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, name="tenure-broker-acks", daemon=True)
+        self._thread.start()
+
+    def submit(self, settlement: Settlement) -> None:
+        with self._cond:
+            self._pending.append(settlement)
+            self._cond.notify_all()
+
+    def flush(self, timeout_s: float = 30.0) -> bool:
+        """Wait until everything submitted so far is committed (or given up on shutdown)."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while self._pending or self._busy:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not self._thread.is_alive():
+                    return False
+                self._cond.wait(min(remaining, 0.05))
+        return True
+
+    def stop(self, timeout_s: float = 30.0) -> bool:
+        flushed = self.flush(timeout_s)
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+        self._thread.join(timeout=1.0)
+        if not flushed:
+            logger.warning(
+                "%d acks were not committed before shutdown; those messages will run again.", len(self._pending)
+            )
+        return flushed
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending and not self._stopped:
+                    self._cond.wait(1.0)
+                if not self._pending and self._stopped:
+                    return
+                batch = list(self._pending)
+                self._pending.clear()
+                self._busy = True
+            try:
+                lost = self._commit(batch)
+            except DatabaseUnavailable as e:
+                logger.warning("Could not commit %d acks (%s); retrying in %.1fs.", len(batch), e, RETRY_DELAY_S)
+                with self._cond:
+                    self._pending.extendleft(reversed(batch))
+                    self._busy = False
+                    self._cond.notify_all()
+                time.sleep(RETRY_DELAY_S)
+                continue
+            except Exception:
+                logger.exception("Unexpected error committing %d acks; their messages will run again.", len(batch))
+                lost = []
+            with self._cond:
+                self._busy = False
+                self._cond.notify_all()
+            for settlement in lost:
+                self._on_lost(settlement)
+            self._on_done()
+
+    def _commit(self, batch: list[Settlement]) -> list[Settlement]:
+        lost = []
+        now = current_millis()
+        with self._store.write() as conn:
+            for s in batch:
+                if s.dead:
+                    ok = self._store.message_nack(conn, s.row_id, self._owner, s.deliveries, s.body, now, s.reason)
+                else:
+                    ok = self._store.message_ack(conn, s.row_id, self._owner, s.deliveries)
+                if not ok:
+                    lost.append(s)
+        return lost

@@ -1,0 +1,669 @@
+"""SQLiteBroker: a Dramatiq broker whose messages are lease rows in one SQLite file."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import socket
+import sqlite3
+import threading
+import time
+import uuid
+import weakref
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from dramatiq.broker import Broker
+from dramatiq.common import current_millis, dq_name, q_name
+from dramatiq.errors import DecodeError, QueueJoinTimeout, QueueNotFound
+from dramatiq.message import Message
+from dramatiq.middleware import Middleware, SkipMessage
+
+from .acks import AckWriter, Settlement
+from .connection import SQLiteTarget, parse_sqlite_url
+from .consumer import PrefetchSlots, SQLiteMessageProxy, _SQLiteConsumer
+from .errors import UnsupportedDatabase
+from .leases import LeaseKeeper
+from .store import DeadLetter, MessageStore, QueueStats
+from .wakeup import Listener, LocalWaiters, Nudger, namespace_for
+
+logger = logging.getLogger(__name__)
+
+#: Default database location, relative to the working directory.
+DEFAULT_URL = "sqlite:///var/tenure.db"
+#: How long a delivery stays leased without a heartbeat, in milliseconds.
+DEFAULT_LEASE_TTL_MS = 30_000
+#: Shortest lease TTL accepted, in milliseconds (heartbeats run at a third of it).
+MIN_LEASE_TTL_MS = 1_000
+#: Redeliveries after which a message is dead-lettered as poison.
+DEFAULT_MAX_DELIVERIES = 10
+#: How long dead letters are kept, in milliseconds (7 days, as Dramatiq's other brokers).
+DEFAULT_DEAD_MESSAGE_TTL_MS = 7 * 24 * 3600 * 1000
+#: Upper bound of rows leased by one claim transaction.
+MAX_CLAIM_BATCH = 256
+#: How often expired leases are reclaimed (inside claims and by the keeper), in seconds.
+DEFAULT_REAP_INTERVAL_S = 1.0
+#: How often ``join`` re-checks the database, in seconds.
+JOIN_POLL_S = 0.005
+
+
+@dataclass
+class _Held:
+    deliveries: int
+    queue: str
+    started: bool = False
+
+
+class _LeaseMiddleware(Middleware):
+    """Broker-internal hooks: mark deliveries as started, release unstarted ones on shutdown."""
+
+    def __init__(self, broker: SQLiteBroker) -> None:
+        self._broker = weakref.ref(broker)
+
+    def before_process_message(self, broker: Broker, message: Any) -> None:
+        owner = self._broker()
+        if owner is not None and isinstance(message, SQLiteMessageProxy) and not owner._mark_started(message):
+            raise SkipMessage("delivery was released at shutdown; another process runs it")
+
+    def after_worker_boot(self, broker: Broker, worker: Any) -> None:
+        owner = self._broker()
+        if owner is not None:
+            owner._draining = False
+
+    def before_worker_shutdown(self, broker: Broker, worker: Any) -> None:
+        owner = self._broker()
+        if owner is not None:
+            owner._release_unstarted()
+
+
+class SQLiteBroker(Broker):
+    """A Dramatiq broker storing messages as leased rows in a SQLite file (WAL mode).
+
+    Delivery is at least once: a consumer process leases rows, renews the leases while it holds
+    them, and acks/nacks fenced on its lease. A process that dies stops renewing; its rows become
+    READY again after ``lease_ttl_ms``. Delays are native (an ``eta`` column), so the Worker's
+    ``.DQ`` consumers stay idle and nothing is held in memory.
+
+    Parameters:
+      url: ``sqlite:///relative/path.db``, ``sqlite:////absolute/path.db`` or a plain path.
+      middleware: As :class:`dramatiq.Broker`; ``None`` means Dramatiq's default middleware.
+      lease_ttl_ms: Lease lifetime without a heartbeat (≥ 1000). Heartbeats run at a third of it.
+      max_deliveries: Redeliveries (lease expiries) after which a message is dead-lettered as poison.
+      dead_message_ttl_ms: How long dead letters are kept.
+      synchronous: ``"NORMAL"`` (no fsync per commit; survives process crashes) or ``"FULL"``
+        (fsync per commit; also survives power loss).
+      busy_timeout_ms: How long to wait for SQLite's write lock before raising ``ConnectionClosed``.
+
+    Raises:
+      UnsupportedDatabase: SQLite older than 3.35, a network filesystem, or a newer schema.
+      ValueError: A lease TTL under one second or an unknown ``synchronous`` mode.
+    """
+
+    proxy_class: type[SQLiteMessageProxy] = SQLiteMessageProxy
+
+    def __init__(
+        self,
+        url: str = DEFAULT_URL,
+        middleware: list[Middleware] | None = None,
+        *,
+        lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS,
+        max_deliveries: int = DEFAULT_MAX_DELIVERIES,
+        dead_message_ttl_ms: int = DEFAULT_DEAD_MESSAGE_TTL_MS,
+        synchronous: str = "NORMAL",
+        busy_timeout_ms: int = 30_000,
+        reap_interval_s: float = DEFAULT_REAP_INTERVAL_S,
+    ) -> None:
+        if lease_ttl_ms < MIN_LEASE_TTL_MS:
+            raise ValueError(f"lease_ttl_ms must be at least {MIN_LEASE_TTL_MS} ms, got {lease_ttl_ms}")
+        synchronous = synchronous.upper()
+        if synchronous not in ("NORMAL", "FULL"):
+            raise ValueError(f"synchronous must be NORMAL or FULL, got {synchronous!r}")
+        if max_deliveries < 1:
+            raise ValueError("max_deliveries must be at least 1")
+        super().__init__(middleware)
+        self.queues: set[str] = set()  # type: ignore[assignment]
+        self.url = url
+        self.target = SQLiteTarget(parse_sqlite_url(url), synchronous, busy_timeout_ms)
+        self.lease_ttl_ms = lease_ttl_ms
+        self.max_deliveries = max_deliveries
+        self.dead_message_ttl_ms = dead_message_ttl_ms
+        self.reap_interval_s = min(reap_interval_s, lease_ttl_ms / 3000)
+        self.store = MessageStore(self.target)
+        self.leases_lost = 0
+        self.middleware.insert(0, _LeaseMiddleware(self))
+        self._namespace = namespace_for(self.target.path)
+        self._waiters = LocalWaiters()
+        self._nudger = Nudger(self._fetch_listeners, lambda: self._listener.address if self._listener else None)
+        self._init_process_state()
+        self._schema_lock = threading.Lock()
+        self._schema_ready = False
+        self._schema_pid = -1
+        _after_fork_registry.add(self)
+
+    # -- process-local state (regenerated after fork) ----------------------------------------------
+    def _init_process_state(self) -> None:
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._pid = os.getpid()
+        self._state_lock = threading.Lock()
+        self._held: dict[int, _Held] = {}
+        self._released: set[int] = set()
+        self._consumed_queues: set[str] = set()
+        self._draining = False
+        self._listener: Listener | None = None
+        self._keeper: LeaseKeeper | None = None
+        self._acks: AckWriter | None = None
+        self._next_reap = 0.0
+
+    def _after_fork_in_child(self) -> None:
+        self.store.reset_after_fork()
+        self._waiters = LocalWaiters()
+        self._nudger = Nudger(self._fetch_listeners, lambda: self._listener.address if self._listener else None)
+        self._init_process_state()
+        self._schema_lock = threading.Lock()
+
+    def _ready(self) -> None:
+        """Create or check the schema once per process, on first use (never at import time)."""
+        if self._schema_ready and self._schema_pid == os.getpid():
+            return
+        with self._schema_lock:
+            if not (self._schema_ready and self._schema_pid == os.getpid()):
+                self.store.schema_ensure()
+                self._schema_ready, self._schema_pid = True, os.getpid()
+
+    def _ensure_consumer_services(self, queue_name: str) -> None:
+        with self._state_lock:
+            new_queue = queue_name not in self._consumed_queues
+            self._consumed_queues.add(queue_name)
+            if self._acks is None:
+                self._acks = AckWriter(self.store, self.owner, self._on_lost, lambda: None)
+            if self._listener is None:
+                try:
+                    self._listener = Listener(self._namespace, self.owner, self._waiters.notify)
+                except OSError as e:  # no abstract sockets (non-Linux): rely on bounded waits
+                    logger.warning("No wake socket (%s); idle consumers poll every worker timeout.", e)
+            if self._keeper is None:
+                self._keeper = LeaseKeeper(
+                    self.store, self.owner, self.lease_ttl_ms, self._held_ids, self.reap, self.reap_interval_s
+                )
+        if new_queue:
+            now = current_millis()
+            with self.store.write() as conn:
+                self.store.queue_declare(conn, queue_name, now)
+                self.store.process_register(
+                    conn,
+                    self.owner,
+                    socket.gethostname(),
+                    os.getpid(),
+                    self._listener.address if self._listener else None,
+                    ",".join(sorted(self._consumed_queues)),
+                    now,
+                )
+
+    # -- dramatiq.Broker API -----------------------------------------------------------------------
+    def declare_queue(self, queue_name: str) -> None:
+        if queue_name in self.queues:
+            return
+        self.emit_before("declare_queue", queue_name)
+        self.queues.add(queue_name)
+        self.emit_after("declare_queue", queue_name)
+        delayed = dq_name(queue_name)
+        self.delay_queues.add(delayed)
+        self.emit_after("declare_delay_queue", delayed)
+
+    def consume(self, queue_name: str, prefetch: int = 1, timeout: int = 30000) -> _SQLiteConsumer:
+        if queue_name not in self.queues and queue_name not in self.delay_queues:
+            raise QueueNotFound(queue_name)
+        self._ready()
+        if queue_name in self.queues:
+            self._ensure_consumer_services(queue_name)
+        return _SQLiteConsumer(self, queue_name, prefetch, timeout)
+
+    def enqueue(self, message: Message, *, delay: int | None = None, connection: Any = None) -> Message:
+        """Enqueue a message; with ``delay`` (ms) it becomes visible at ``now + delay``.
+
+        Parameters:
+          message: The message (or a proxy of one, as Retries passes).
+          delay: Milliseconds before the message may run.
+          connection: An open ``sqlite3.Connection`` or SQLAlchemy ``Connection`` on the same
+            database file. The row is written inside the caller's transaction (nothing is committed
+            here) and consumers are woken once that transaction has committed.
+
+        Returns:
+          The message as Dramatiq's other brokers return it: with a delay, a copy on the ``.DQ``
+          queue with ``options["eta"]``.
+
+        Raises:
+          QueueNotFound: The queue was never declared.
+          ConnectionClosed: The database is unavailable.
+        """
+        canonical = q_name(message.queue_name)
+        if canonical not in self.queues:
+            raise QueueNotFound(message.queue_name)
+        now = current_millis()
+        options = dict(message.options)
+        eta = options.pop("eta", None)
+        if delay is not None:
+            eta = now + int(delay)
+            returned = message.copy(queue_name=dq_name(canonical), options={"eta": eta})
+        else:
+            returned = message
+        if not isinstance(eta, int | float):
+            eta = now
+        stored = Message(
+            queue_name=canonical,
+            actor_name=message.actor_name,
+            args=message.args,
+            kwargs=message.kwargs,
+            options=options,
+            message_id=message.message_id,
+            message_timestamp=message.message_timestamp,
+        )
+        priority = -int(options.get("broker_priority", 0) or 0)
+        self.emit_before("enqueue", returned, delay)
+        self._ready()
+        row = {
+            "queue": canonical,
+            "message_id": message.message_id,
+            "actor": message.actor_name,
+            "priority": priority,
+            "eta": int(eta),
+            "enqueued_at": now,
+            "body": stored.encode(),
+        }
+        if connection is None:
+            with self.store.write() as conn:
+                self.store.message_insert(conn, **row)
+            self.wake([canonical])
+        else:
+            raw = _raw_sqlite_connection(connection)
+            self._check_same_database(raw)
+            row_id = self.store.message_insert(raw, **row)
+            _CommitWatcher.get(self).watch(row_id, canonical)
+        self.emit_after("enqueue", returned, delay)
+        return returned
+
+    def get_declared_queues(self) -> set[str]:
+        return self.queues.copy()
+
+    def get_declared_delay_queues(self) -> set[str]:
+        return self.delay_queues.copy()
+
+    def flush(self, queue_name: str) -> None:
+        self._ready()
+        with self.store.write() as conn:
+            self.store.queue_flush(conn, q_name(queue_name))
+
+    def flush_all(self) -> None:
+        for queue_name in self.queues:
+            self.flush(queue_name)
+
+    def join(self, queue_name: str, *, timeout: int | None = None) -> None:
+        """Wait until *queue_name* has no ready, delayed or leased messages (a test helper).
+
+        Raises:
+          QueueJoinTimeout: When ``timeout`` (ms) elapses first.
+          QueueNotFound: When the queue was never declared.
+        """
+        canonical = q_name(queue_name)
+        if canonical not in self.queues:
+            raise QueueNotFound(queue_name)
+        self._ready()
+        deadline = None if timeout is None else time.monotonic() + timeout / 1000
+        while True:
+            if self._acks is not None:
+                self._acks.flush(5.0)
+            with self.store.read() as conn:
+                if self.store.queue_pending_count(conn, canonical) == 0:
+                    return
+            if deadline is not None and time.monotonic() >= deadline:
+                raise QueueJoinTimeout(queue_name)
+            time.sleep(JOIN_POLL_S)
+
+    def close(self) -> None:
+        """Stop this process's threads: release unstarted deliveries, commit acks, leave the rest.
+
+        Deliveries still running (a worker past its shutdown timeout) keep their leases until they
+        expire, so no other process starts them while this one may still be running them.
+        """
+        if self._pid != os.getpid():
+            return
+        self._release_unstarted()
+        if self._acks is not None:
+            self._acks.stop()
+        if self._keeper is not None:
+            self._keeper.stop()
+        if self._listener is not None:
+            self._listener.close()
+            try:
+                with self.store.write() as conn:
+                    self.store.process_unregister(conn, self.owner)
+            except Exception:
+                logger.debug("Could not unregister %s.", self.owner, exc_info=True)
+        _CommitWatcher.stop_for(self)
+        self.store.close()
+        self._init_process_state()
+
+    # -- operators' API ----------------------------------------------------------------------------
+    def stats(self) -> list[QueueStats]:
+        """Per-queue counts: ready, delayed, leased, dead, oldest ready age, paused."""
+        self._ready()
+        with self.store.read() as conn:
+            return self.store.queue_stats(conn, current_millis())
+
+    def pause(self, queue_name: str) -> None:
+        """Stop claims on a queue (in every process) until :meth:`resume`."""
+        self._set_paused(queue_name, True)
+
+    def resume(self, queue_name: str) -> None:
+        self._set_paused(queue_name, False)
+        self.wake([q_name(queue_name)])
+
+    def _set_paused(self, queue_name: str, paused: bool) -> None:
+        self._ready()
+        with self.store.write() as conn:
+            self.store.queue_set_paused(conn, q_name(queue_name), paused, current_millis())
+
+    def dead_letters_list(
+        self, queue_name: str | None = None, *, limit: int = 100, after_id: int = 0
+    ) -> list[DeadLetter]:
+        """Dead letters, oldest first, for one queue or all."""
+        self._ready()
+        with self.store.read() as conn:
+            return self.store.dead_list(conn, queue_name and q_name(queue_name), limit, after_id)
+
+    def replay_dead(self, queue_name: str, ids: Sequence[int] | None = None) -> int:
+        """Move dead letters of *queue_name* (all, or the given row ids) back to READY."""
+        self._ready()
+        canonical = q_name(queue_name)
+        with self.store.write() as conn:
+            n = self.store.dead_replay(conn, canonical, ids, current_millis())
+        if n:
+            self.wake([canonical])
+        return n
+
+    def purge_dead(self, older_than_ms: int | None = None) -> int:
+        """Delete dead letters older than ``older_than_ms`` (default: the dead-letter TTL)."""
+        self._ready()
+        ttl = self.dead_message_ttl_ms if older_than_ms is None else older_than_ms
+        with self.store.write() as conn:
+            return self.store.dead_purge(conn, current_millis() - ttl)
+
+    def processes(self) -> list[dict[str, Any]]:
+        """Live consumer processes: owner, host, pid, queues, start, last heartbeat, leased rows."""
+        self._ready()
+        keys = ("owner", "host", "pid", "queues", "started_at", "heartbeat_at", "leased")
+        with self.store.read() as conn:
+            return [dict(zip(keys, row, strict=True)) for row in self.store.process_list(conn)]
+
+    def reap(self) -> int:
+        """Return expired leases to READY, forget dead processes and purge expired dead letters."""
+        self._ready()
+        now = current_millis()
+        with self.store.write() as conn:
+            queues = self.store.lease_reap_expired(conn, now)
+            self.store.process_reap(conn, now - 3 * self.lease_ttl_ms)
+            self.store.dead_purge(conn, now - self.dead_message_ttl_ms)
+        if queues:
+            logger.warning("Reclaimed %d expired leases; those messages will run again.", len(queues))
+            self.wake(set(queues))
+        return len(queues)
+
+    def wake(self, queues: Iterable[str]) -> None:
+        """Wake consumers of *queues* in this and other processes (after a commit)."""
+        queues = list(queues)
+        self._waiters.notify(queues)
+        self._nudger.nudge(queues)
+
+    # -- internals used by the consumer ------------------------------------------------------------
+    def _claim(self, queue: str, slots: PrefetchSlots) -> tuple[list[SQLiteMessageProxy], int | None]:
+        now = current_millis()
+        with self.store.read() as conn:
+            if not self.store.message_ready_probe(conn, queue, now):
+                return [], self.store.message_next_eta(conn, queue, now)
+        limit = min(slots.free, MAX_CLAIM_BATCH)
+        if limit <= 0:
+            return [], None
+        reaped: list[str] = []
+        proxies: list[SQLiteMessageProxy] = []
+        poison: list[int] = []
+        broken: list[int] = []
+        with self.store.write() as conn:
+            if time.monotonic() >= self._next_reap:
+                self._next_reap = time.monotonic() + self.reap_interval_s
+                reaped = self.store.lease_reap_expired(conn, now)
+            for row in self.store.message_claim(conn, queue, self.owner, now, self.lease_ttl_ms, limit):
+                if row.deliveries - 1 > self.max_deliveries:
+                    poison.append(row.id)
+                    continue
+                try:
+                    message = Message.decode(row.body)
+                except DecodeError:
+                    broken.append(row.id)
+                    continue
+                proxies.append(self.proxy_class(message, row.id, row.deliveries, slots))
+            if poison:
+                self.store.message_kill(conn, poison, now, f"poison: redelivered more than {self.max_deliveries} times")
+            if broken:
+                self.store.message_kill(conn, broken, now, "undecodable message body")
+        for row_id in poison:
+            logger.error(
+                "Message row %d on %r exceeded %d redeliveries; dead-lettered.", row_id, queue, self.max_deliveries
+            )
+        for row_id in broken:
+            logger.error("Message row %d on %r could not be decoded; dead-lettered.", row_id, queue)
+        with self._state_lock:
+            for p in proxies:
+                self._held[p._row_id] = _Held(p._deliveries, queue)
+        slots.take(len(proxies))
+        if reaped:
+            self.wake(set(reaped))
+        return proxies, None
+
+    def _settle(self, message: SQLiteMessageProxy, *, dead: bool) -> None:
+        with self._state_lock:
+            held = self._held.pop(message._row_id, None)
+            released = message._row_id in self._released
+            self._released.discard(message._row_id)
+        message._slots.release()
+        self._waiters.notify([message.queue_name])
+        if released:
+            return  # given back at shutdown: another process owns it now
+        del held
+        body = None
+        reason = ""
+        if dead:
+            exc = message._exception
+            reason = f"nack: {type(exc).__name__}: {exc}"[:500] if exc else "nack"
+            stored = message._message
+            if "eta" in stored.options:
+                options = {k: v for k, v in stored.options.items() if k != "eta"}
+                stored = dataclasses.replace(stored, options=options)
+            body = stored.encode()
+        if self._acks is None:
+            self._ensure_consumer_services(message.queue_name)
+        assert self._acks is not None
+        self._acks.submit(Settlement(message._row_id, message._deliveries, message.message_id, dead, body, reason))
+
+    def _requeue(self, messages: list[SQLiteMessageProxy], *, quiet: bool = False) -> None:
+        leases = []
+        with self._state_lock:
+            for m in messages:
+                self._held.pop(m._row_id, None)
+                if m._row_id in self._released:
+                    self._released.discard(m._row_id)
+                else:
+                    leases.append((m._row_id, m._deliveries))
+        for m in messages:
+            m._slots.release()
+        if not leases:
+            return
+        with self.store.write() as conn:
+            n = self.store.lease_release_owner(conn, self.owner, leases)
+        if n:
+            self.wake({m.queue_name for m in messages})
+        if n < len(leases) and not quiet:
+            logger.warning(
+                "%d of %d requeued messages were no longer leased by this process.", len(leases) - n, len(leases)
+            )
+
+    def _mark_started(self, message: SQLiteMessageProxy) -> bool:
+        with self._state_lock:
+            if message._row_id in self._released:
+                return False
+            held = self._held.get(message._row_id)
+            if held is not None:
+                held.started = True
+            return True
+
+    def _release_unstarted(self) -> None:
+        """Give back every delivery this process holds but has not started (graceful shutdown)."""
+        with self._state_lock:
+            self._draining = True
+            unstarted = [(i, h) for i, h in self._held.items() if not h.started]
+            for row_id, _ in unstarted:
+                del self._held[row_id]
+                self._released.add(row_id)
+        if not unstarted:
+            return
+        try:
+            with self.store.write() as conn:
+                self.store.lease_release_owner(conn, self.owner, [(i, h.deliveries) for i, h in unstarted])
+        except Exception:
+            logger.warning(
+                "Could not release %d prefetched messages; they return after the lease TTL.",
+                len(unstarted),
+                exc_info=True,
+            )
+            return
+        logger.info("Released %d prefetched messages for other workers.", len(unstarted))
+        self.wake({h.queue for _, h in unstarted})
+
+    def _held_ids(self) -> list[int]:
+        with self._state_lock:
+            return list(self._held)
+
+    def _on_lost(self, s: Settlement) -> None:
+        self.leases_lost += 1
+        logger.warning(
+            "Lease lost for message %s (row %d, delivery %d): its %s was not applied; another delivery may run it.",
+            s.message_id,
+            s.row_id,
+            s.deliveries,
+            "nack" if s.dead else "ack",
+        )
+
+    def _fetch_listeners(self) -> list[tuple[str, str]]:
+        with self.store.read() as conn:
+            return self.store.process_wake_addrs(conn, socket.gethostname(), current_millis() - 3 * self.lease_ttl_ms)
+
+    def _check_same_database(self, conn: sqlite3.Connection) -> None:
+        for _, name, path in conn.execute("PRAGMA database_list").fetchall():
+            if name == "main":
+                if os.path.realpath(path) != os.path.realpath(self.target.path):
+                    raise UnsupportedDatabase(
+                        f"transactional enqueue needs a connection to {self.target.path}, got one to {path!r}"
+                    )
+                return
+
+
+def _raw_sqlite_connection(connection: Any) -> sqlite3.Connection:
+    """The sqlite3 connection behind a sqlite3 or SQLAlchemy connection."""
+    if isinstance(connection, sqlite3.Connection):
+        return connection
+    dbapi = getattr(getattr(connection, "connection", None), "driver_connection", None)
+    if isinstance(dbapi, sqlite3.Connection):
+        return dbapi
+    raise UnsupportedDatabase(f"transactional enqueue needs a SQLite connection, got {type(connection).__name__}")
+
+
+class _CommitWatcher:
+    """Wakes consumers once rows written inside a caller's transaction become visible (committed).
+
+    Python's sqlite3 has no commit hook, so one thread per process polls for the pending row ids
+    every millisecond while there are any (never when idle) and gives up after a few seconds (the
+    transaction rolled back, or the row was already consumed).
+    """
+
+    GIVE_UP_S = 5.0
+    _by_broker: weakref.WeakKeyDictionary[SQLiteBroker, _CommitWatcher] = weakref.WeakKeyDictionary()
+    _lock = threading.Lock()
+
+    def __init__(self, broker: SQLiteBroker) -> None:
+        self._broker = weakref.ref(broker)
+        self._pending: dict[int, tuple[str, float]] = {}
+        self._cond = threading.Condition()
+        self._pid = os.getpid()
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, name="tenure-broker-commit-watch", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def get(cls, broker: SQLiteBroker) -> _CommitWatcher:
+        with cls._lock:
+            w = cls._by_broker.get(broker)
+            if w is None or w._pid != os.getpid() or w._stopped:
+                w = cls._by_broker[broker] = cls(broker)
+            return w
+
+    @classmethod
+    def stop_for(cls, broker: SQLiteBroker) -> None:
+        with cls._lock:
+            w = cls._by_broker.pop(broker, None)
+        if w is not None:
+            with w._cond:
+                w._stopped = True
+                w._cond.notify_all()
+
+    def watch(self, row_id: int, queue: str) -> None:
+        with self._cond:
+            self._pending[row_id] = (queue, time.monotonic())
+            self._cond.notify_all()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending and not self._stopped:
+                    self._cond.wait()
+                if self._stopped:
+                    return
+                pending = dict(self._pending)
+            broker = self._broker()
+            if broker is None:
+                return
+            done, queues = [], set()
+            try:
+                with broker.store.read() as conn:
+                    for row_id, (queue, since) in pending.items():
+                        visible = conn.execute("SELECT 1 FROM broker_messages WHERE id = ?", (row_id,)).fetchone()
+                        if visible or time.monotonic() - since > self.GIVE_UP_S:
+                            done.append(row_id)
+                            queues.add(queue)
+            except Exception:
+                logger.debug("Commit watcher read failed.", exc_info=True)
+            if queues:
+                broker.wake(queues)
+            with self._cond:
+                for row_id in done:
+                    self._pending.pop(row_id, None)
+            del broker
+            time.sleep(0.001)
+
+
+class _AfterForkRegistry:
+    def __init__(self) -> None:
+        self._brokers: weakref.WeakSet[SQLiteBroker] = weakref.WeakSet()
+        os.register_at_fork(after_in_child=self._after_fork)
+
+    def add(self, broker: SQLiteBroker) -> None:
+        self._brokers.add(broker)
+
+    def _after_fork(self) -> None:
+        for broker in list(self._brokers):
+            broker._after_fork_in_child()
+
+
+_after_fork_registry = _AfterForkRegistry()
+
+__all__ = ["SQLiteBroker", "DEFAULT_URL"]

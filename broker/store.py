@@ -1,0 +1,422 @@
+"""All SQL of the SQLite broker.
+
+Tables (see ``schema.sql``): ``broker_messages`` (one row per enqueued message; READY/LEASED/DEAD),
+``broker_queues`` (declared queues, paused flag), ``broker_processes`` (live lease owners and their
+wake addresses), ``broker_meta`` (schema version). Results and rate limits have their own stores.
+
+Invariants the queries keep:
+- a LEASED row has an owner and an expiry, other rows have neither (CHECK);
+- every write made on behalf of a delivery is fenced by ``(id, lease_owner, deliveries)``: a row
+  that was reclaimed and leased again no longer matches, so a stale ack/nack/requeue touches nothing;
+- claims run in ``BEGIN IMMEDIATE`` and take rows in (priority, eta, id) order.
+
+One method per query; callers pass the connection so several queries can share one transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from importlib import resources
+
+from .connection import SQLiteTarget, check_location, check_sqlite_version, connect
+from .errors import UnsupportedDatabase, translate_errors
+
+#: Version of ``schema.sql``; a database recording a newer one is refused.
+SCHEMA_VERSION = 1
+
+READY, LEASED, DEAD = 0, 1, 2
+STATE_NAMES = {READY: "ready", LEASED: "leased", DEAD: "dead"}
+
+
+def schema_sql() -> str:
+    """The broker's DDL, as shipped in ``broker/schema.sql``."""
+    return resources.files(__package__).joinpath("schema.sql").read_text(encoding="utf-8")
+
+
+@dataclass(frozen=True)
+class ClaimedRow:
+    id: int
+    priority: int
+    eta: int
+    deliveries: int
+    body: bytes
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    id: int
+    queue: str
+    message_id: str
+    actor: str
+    dead_at: int
+    reason: str | None
+    deliveries: int
+    body: bytes
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    queue: str
+    ready: int
+    delayed: int
+    leased: int
+    dead: int
+    oldest_ready_age_ms: int | None
+    paused: bool
+
+
+class MessageStore:
+    """Per-thread connections to one SQLite file plus the broker's queries."""
+
+    def __init__(self, target: SQLiteTarget) -> None:
+        check_sqlite_version()
+        check_location(target.path)
+        self.target = target
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._all: list[sqlite3.Connection] = []
+        self._pid = os.getpid()
+
+    # -- connections -------------------------------------------------------------------------------
+    def conn(self) -> sqlite3.Connection:
+        """This thread's connection (a new one after fork: SQLite connections never cross fork)."""
+        if self._pid != os.getpid():
+            self.reset_after_fork()
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            with translate_errors():
+                conn = connect(self.target)
+            self._local.conn = conn
+            with self._lock:
+                self._all.append(conn)
+        return conn
+
+    def reset_after_fork(self) -> None:
+        # The parent's connections are abandoned, not closed: closing them in the child could
+        # release locks the parent still holds.
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._all = []
+        self._pid = os.getpid()
+
+    def close(self) -> None:
+        with self._lock:
+            conns, self._all = self._all, []
+        for conn in conns:
+            try:
+                conn.close()
+            except sqlite3.Error:
+                pass
+        self._local = threading.local()
+
+    @contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        """A ``BEGIN IMMEDIATE`` transaction on this thread's connection, committed on success."""
+        conn = self.conn()
+        with translate_errors():
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    @contextmanager
+    def read(self) -> Iterator[sqlite3.Connection]:
+        conn = self.conn()
+        with translate_errors():
+            yield conn
+
+    # -- schema ------------------------------------------------------------------------------------
+    def schema_ensure(self) -> None:
+        """Create the broker's tables if missing; refuse a database from a newer broker."""
+        with self.write() as conn:
+            exists = conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'broker_meta'"
+            ).fetchone()
+            if exists:
+                row = conn.execute("SELECT value FROM broker_meta WHERE key = 'schema_version'").fetchone()
+                version = int(row[0]) if row else 0
+                if version > SCHEMA_VERSION:
+                    raise UnsupportedDatabase(
+                        f"{self.target.path} has broker schema version {version}; this broker knows "
+                        f"up to {SCHEMA_VERSION}. Upgrade Tenure or point it at another database."
+                    )
+                if version == SCHEMA_VERSION:
+                    return
+            for statement in _split_sql(schema_sql()):
+                conn.execute(statement)
+
+    # -- messages ----------------------------------------------------------------------------------
+    @staticmethod
+    def message_insert(
+        conn: sqlite3.Connection,
+        *,
+        queue: str,
+        message_id: str,
+        actor: str,
+        priority: int,
+        eta: int,
+        enqueued_at: int,
+        body: bytes,
+    ) -> int:
+        cur = conn.execute(
+            "INSERT INTO broker_messages (queue, message_id, actor, priority, eta, enqueued_at, body) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (queue, message_id, actor, priority, eta, enqueued_at, body),
+        )
+        return int(cur.lastrowid or 0)
+
+    @staticmethod
+    def message_claim(
+        conn: sqlite3.Connection, queue: str, owner: str, now: int, lease_ttl_ms: int, limit: int
+    ) -> list[ClaimedRow]:
+        """Lease up to *limit* due READY rows of an unpaused queue to *owner*."""
+        rows = conn.execute(
+            "UPDATE broker_messages SET state = 1, lease_owner = :owner, lease_expires = :expires, "
+            "deliveries = deliveries + 1 "
+            "WHERE id IN (SELECT id FROM broker_messages WHERE queue = :queue AND state = 0 AND eta <= :now "
+            "  AND NOT EXISTS (SELECT 1 FROM broker_queues WHERE name = :queue AND paused = 1) "
+            "  ORDER BY priority, eta, id LIMIT :limit) "
+            "RETURNING id, priority, eta, deliveries, body",
+            {"owner": owner, "expires": now + lease_ttl_ms, "queue": queue, "now": now, "limit": limit},
+        ).fetchall()
+        claimed = [ClaimedRow(*row) for row in rows]
+        claimed.sort(key=lambda r: (r.priority, r.eta, r.id))
+        return claimed
+
+    @staticmethod
+    def message_ready_probe(conn: sqlite3.Connection, queue: str, now: int) -> bool:
+        """Cheap read before taking the write lock: is anything due on *queue*?"""
+        return (
+            conn.execute(
+                "SELECT 1 FROM broker_messages WHERE queue = ? AND state = 0 AND eta <= ? LIMIT 1",
+                (queue, now),
+            ).fetchone()
+            is not None
+        )
+
+    @staticmethod
+    def message_next_eta(conn: sqlite3.Connection, queue: str, now: int) -> int | None:
+        row = conn.execute(
+            "SELECT min(eta) FROM broker_messages WHERE queue = ? AND state = 0 AND eta > ?", (queue, now)
+        ).fetchone()
+        return None if row[0] is None else int(row[0])
+
+    @staticmethod
+    def message_ack(conn: sqlite3.Connection, row_id: int, owner: str, deliveries: int) -> bool:
+        cur = conn.execute(
+            "DELETE FROM broker_messages WHERE id = ? AND state = 1 AND lease_owner = ? AND deliveries = ?",
+            (row_id, owner, deliveries),
+        )
+        return cur.rowcount == 1
+
+    @staticmethod
+    def message_nack(
+        conn: sqlite3.Connection,
+        row_id: int,
+        owner: str,
+        deliveries: int,
+        body: bytes | None,
+        now: int,
+        reason: str,
+    ) -> bool:
+        cur = conn.execute(
+            "UPDATE broker_messages SET state = 2, lease_owner = NULL, lease_expires = NULL, dead_at = ?, "
+            "dead_reason = ?, body = coalesce(?, body) "
+            "WHERE id = ? AND state = 1 AND lease_owner = ? AND deliveries = ?",
+            (now, reason, body, row_id, owner, deliveries),
+        )
+        return cur.rowcount == 1
+
+    @staticmethod
+    def message_requeue(conn: sqlite3.Connection, row_id: int, owner: str, deliveries: int) -> bool:
+        """Give back an unstarted delivery: READY again, and the delivery does not count."""
+        cur = conn.execute(
+            "UPDATE broker_messages SET state = 0, lease_owner = NULL, lease_expires = NULL, "
+            "deliveries = deliveries - 1 "
+            "WHERE id = ? AND state = 1 AND lease_owner = ? AND deliveries = ?",
+            (row_id, owner, deliveries),
+        )
+        return cur.rowcount == 1
+
+    @staticmethod
+    def message_kill(conn: sqlite3.Connection, row_ids: Iterable[int], now: int, reason: str) -> int:
+        """Dead-letter rows this transaction just leased (undecodable or poison messages)."""
+        n = 0
+        for row_id in row_ids:
+            n += conn.execute(
+                "UPDATE broker_messages SET state = 2, lease_owner = NULL, lease_expires = NULL, "
+                "dead_at = ?, dead_reason = ? WHERE id = ? AND state = 1",
+                (now, reason, row_id),
+            ).rowcount
+        return n
+
+    # -- leases ------------------------------------------------------------------------------------
+    @staticmethod
+    def lease_extend(conn: sqlite3.Connection, owner: str, row_ids: Sequence[int], now: int, lease_ttl_ms: int) -> int:
+        """Renew the leases *owner* still holds on *row_ids* (buffered and running deliveries)."""
+        if not row_ids:
+            return 0
+        return conn.execute(
+            "UPDATE broker_messages SET lease_expires = ? WHERE state = 1 AND lease_owner = ? "
+            "AND id IN (SELECT value FROM json_each(?))",
+            (now + lease_ttl_ms, owner, json.dumps(list(row_ids))),
+        ).rowcount
+
+    @staticmethod
+    def lease_reap_expired(conn: sqlite3.Connection, now: int) -> list[str]:
+        """Return expired leases to READY; the queues that got rows back, one entry per row."""
+        rows = conn.execute(
+            "UPDATE broker_messages SET state = 0, lease_owner = NULL, lease_expires = NULL "
+            "WHERE state = 1 AND lease_expires < ? RETURNING queue",
+            (now,),
+        ).fetchall()
+        return [r[0] for r in rows]
+
+    @staticmethod
+    def lease_expired_count(conn: sqlite3.Connection, now: int) -> int:
+        return conn.execute(
+            "SELECT count(*) FROM broker_messages WHERE state = 1 AND lease_expires < ?", (now,)
+        ).fetchone()[0]
+
+    @staticmethod
+    def lease_release_owner(conn: sqlite3.Connection, owner: str, leases: Sequence[tuple[int, int]]) -> int:
+        """Give back unstarted deliveries ``(id, deliveries)`` held by *owner* (graceful shutdown)."""
+        n = 0
+        for row_id, deliveries in leases:
+            n += MessageStore.message_requeue(conn, row_id, owner, deliveries)
+        return n
+
+    # -- dead letters ------------------------------------------------------------------------------
+    @staticmethod
+    def dead_purge(conn: sqlite3.Connection, dead_before: int) -> int:
+        return conn.execute("DELETE FROM broker_messages WHERE state = 2 AND dead_at < ?", (dead_before,)).rowcount
+
+    @staticmethod
+    def dead_list(conn: sqlite3.Connection, queue: str | None, limit: int, after_id: int = 0) -> list[DeadLetter]:
+        rows = conn.execute(
+            "SELECT id, queue, message_id, actor, dead_at, dead_reason, deliveries, body FROM broker_messages "
+            "WHERE state = 2 AND (:queue IS NULL OR queue = :queue) AND id > :after ORDER BY id LIMIT :limit",
+            {"queue": queue, "after": after_id, "limit": limit},
+        ).fetchall()
+        return [DeadLetter(*r) for r in rows]
+
+    @staticmethod
+    def dead_replay(conn: sqlite3.Connection, queue: str, ids: Sequence[int] | None, now: int) -> int:
+        sql = (
+            "UPDATE broker_messages SET state = 0, eta = ?, deliveries = 0, dead_at = NULL, dead_reason = NULL "
+            "WHERE state = 2 AND queue = ?"
+        )
+        if ids is None:
+            return conn.execute(sql, (now, queue)).rowcount
+        return sum(conn.execute(sql + " AND id = ?", (now, queue, i)).rowcount for i in ids)
+
+    # -- queues ------------------------------------------------------------------------------------
+    @staticmethod
+    def queue_declare(conn: sqlite3.Connection, name: str, now: int) -> None:
+        conn.execute("INSERT OR IGNORE INTO broker_queues (name, declared_at) VALUES (?, ?)", (name, now))
+
+    @staticmethod
+    def queue_set_paused(conn: sqlite3.Connection, name: str, paused: bool, now: int) -> None:
+        conn.execute(
+            "INSERT INTO broker_queues (name, paused, declared_at) VALUES (?, ?, ?) "
+            "ON CONFLICT (name) DO UPDATE SET paused = excluded.paused",
+            (name, int(paused), now),
+        )
+
+    @staticmethod
+    def queue_stats(conn: sqlite3.Connection, now: int) -> list[QueueStats]:
+        counts: dict[str, dict[str, int]] = {}
+        for queue, ready, delayed, leased, dead in conn.execute(
+            "SELECT queue, sum(state = 0 AND eta <= :now), sum(state = 0 AND eta > :now), "
+            "sum(state = 1), sum(state = 2) FROM broker_messages GROUP BY queue",
+            {"now": now},
+        ):
+            counts[queue] = {"ready": ready, "delayed": delayed, "leased": leased, "dead": dead}
+        paused = dict(conn.execute("SELECT name, paused FROM broker_queues").fetchall())
+        stats = []
+        for queue in sorted(set(counts) | set(paused)):
+            c = counts.get(queue, {"ready": 0, "delayed": 0, "leased": 0, "dead": 0})
+            oldest = conn.execute(
+                "SELECT min(eta) FROM broker_messages WHERE queue = ? AND state = 0 AND eta <= ?", (queue, now)
+            ).fetchone()[0]
+            stats.append(
+                QueueStats(
+                    queue=queue,
+                    oldest_ready_age_ms=None if oldest is None else max(0, now - oldest),
+                    paused=bool(paused.get(queue, 0)),
+                    **c,
+                )
+            )
+        return stats
+
+    @staticmethod
+    def queue_pending_count(conn: sqlite3.Connection, queue: str) -> int:
+        """Messages not yet finished (READY, delayed or LEASED) on *queue*."""
+        return conn.execute(
+            "SELECT count(*) FROM broker_messages WHERE queue = ? AND state IN (0, 1)", (queue,)
+        ).fetchone()[0]
+
+    @staticmethod
+    def queue_flush(conn: sqlite3.Connection, queue: str) -> int:
+        return conn.execute("DELETE FROM broker_messages WHERE queue = ?", (queue,)).rowcount
+
+    # -- processes ---------------------------------------------------------------------------------
+    @staticmethod
+    def process_register(
+        conn: sqlite3.Connection, owner: str, host: str, pid: int, wake_addr: str | None, queues: str, now: int
+    ) -> None:
+        conn.execute(
+            "INSERT INTO broker_processes (owner, host, pid, wake_addr, queues, started_at, heartbeat_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (owner) DO UPDATE SET wake_addr = excluded.wake_addr, "
+            "queues = excluded.queues, heartbeat_at = excluded.heartbeat_at",
+            (owner, host, pid, wake_addr, queues, now, now),
+        )
+
+    @staticmethod
+    def process_heartbeat(conn: sqlite3.Connection, owner: str, now: int) -> int:
+        return conn.execute("UPDATE broker_processes SET heartbeat_at = ? WHERE owner = ?", (now, owner)).rowcount
+
+    @staticmethod
+    def process_unregister(conn: sqlite3.Connection, owner: str) -> None:
+        conn.execute("DELETE FROM broker_processes WHERE owner = ?", (owner,))
+
+    @staticmethod
+    def process_reap(conn: sqlite3.Connection, heartbeat_before: int) -> int:
+        return conn.execute("DELETE FROM broker_processes WHERE heartbeat_at < ?", (heartbeat_before,)).rowcount
+
+    @staticmethod
+    def process_wake_addrs(conn: sqlite3.Connection, host: str, alive_after: int) -> list[tuple[str, str]]:
+        """``(wake_addr, queues)`` of live consumer processes on this host."""
+        return conn.execute(
+            "SELECT wake_addr, queues FROM broker_processes WHERE host = ? AND wake_addr IS NOT NULL "
+            "AND heartbeat_at >= ?",
+            (host, alive_after),
+        ).fetchall()
+
+    @staticmethod
+    def process_list(conn: sqlite3.Connection) -> list[tuple]:
+        return conn.execute(
+            "SELECT p.owner, p.host, p.pid, p.queues, p.started_at, p.heartbeat_at, "
+            "(SELECT count(*) FROM broker_messages m WHERE m.state = 1 AND m.lease_owner = p.owner) "
+            "FROM broker_processes p ORDER BY p.started_at"
+        ).fetchall()
+
+    # -- maintenance -------------------------------------------------------------------------------
+    @staticmethod
+    def wal_checkpoint(conn: sqlite3.Connection) -> tuple[int, int, int]:
+        return tuple(conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone())  # type: ignore[return-value]
+
+
+def _split_sql(script: str) -> list[str]:
+    """Split a DDL script into statements (the schema has no semicolons inside statements)."""
+    lines = [line for line in script.splitlines() if not line.lstrip().startswith("--")]
+    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]

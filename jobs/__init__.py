@@ -1,0 +1,1 @@
+"""Tenure jobs layer (see ARCHITECTURE.md)."""

@@ -1,0 +1,1 @@
+"""Tenure migrations layer (see ARCHITECTURE.md)."""

@@ -1,0 +1,1 @@
+"""Tenure monitoring layer (see ARCHITECTURE.md)."""

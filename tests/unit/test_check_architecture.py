@@ -1,0 +1,80 @@
+"""Counter-examples for scripts/check_architecture.py: each forbidden import shape is caught."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "check_architecture.py"
+spec = importlib.util.spec_from_file_location("check_architecture", SCRIPT)
+assert spec and spec.loader
+check_architecture = importlib.util.module_from_spec(spec)
+sys.modules["check_architecture"] = check_architecture
+spec.loader.exec_module(check_architecture)
+
+
+def write(root: Path, rel: str, text: str) -> None:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    for pkg in ("broker", "jobs", "tasks", "webapp", "monitoring"):
+        write(tmp_path, f"{pkg}/__init__.py", "")
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("rel", "source", "imported"),
+    [
+        ("broker/x.py", "import jobs.store\n", "jobs.store"),
+        ("broker/x.py", "from ..jobs import store\n", "jobs"),
+        ("broker/sub/y.py", "from ...tasks.render import f\n", "tasks.render"),
+        ("jobs/x.py", "def f():\n    from webapp import create_app\n", "webapp"),
+        ("jobs/x.py", "from .. import tasks\n", "tasks"),
+        ("jobs/x.py", "import importlib\nimportlib.import_module('tasks.render')\n", "tasks.render"),
+        ("tasks/x.py", "import webapp.api\n", "webapp.api"),
+        ("monitoring/x.py", "from webapp.auth import login\n", "webapp.auth"),
+        ("scripts/tool.py", "import webapp\n", "webapp"),
+        ("jobs/x.py", "import tasks.does_not_exist\n", "tasks.does_not_exist"),
+    ],
+)
+def test_forbidden_imports_are_reported(tree: Path, rel: str, source: str, imported: str) -> None:
+    write(tree, rel, source)
+    violations = check_architecture.check(tree)
+    assert [v.imported for v in violations] == [imported]
+    assert violations[0].path == rel
+
+
+@pytest.mark.parametrize(
+    ("rel", "source"),
+    [
+        ("webapp/x.py", "import tasks\nimport jobs\nimport broker\nimport monitoring\n"),
+        ("tasks/x.py", "from jobs import submit\nfrom broker import SQLiteBroker\n"),
+        ("jobs/x.py", "from . import store\nfrom .store import q\nimport broker\n"),
+        ("monitoring/x.py", "import jobs\nimport broker\n"),
+        ("broker/x.py", "from .store import MessageStore\nimport dramatiq\n"),
+        ("jobs/x.py", "import jobsearch\n"),
+    ],
+)
+def test_allowed_imports_pass(tree: Path, rel: str, source: str) -> None:
+    write(tree, rel, source)
+    assert check_architecture.check(tree) == []
+
+
+def test_cli_exit_code_and_message(tree: Path) -> None:
+    write(tree, "broker/bad.py", "import webapp\n")
+    proc = subprocess.run([sys.executable, str(SCRIPT), str(tree)], capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert "broker/bad.py:1: broker.bad must not import webapp" in proc.stdout
+
+
+def test_this_repository_is_clean() -> None:
+    proc = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout

@@ -1,0 +1,1 @@
+"""Tenure webapp layer (see ARCHITECTURE.md)."""
