@@ -56,28 +56,6 @@ class _Held:
     started: bool = False
 
 
-class _LeaseMiddleware(Middleware):
-    """Broker-internal hooks: mark deliveries as started, release unstarted ones on shutdown."""
-
-    def __init__(self, broker: SQLiteBroker) -> None:
-        self._broker = weakref.ref(broker)
-
-    def before_process_message(self, broker: Broker, message: Any) -> None:
-        owner = self._broker()
-        if owner is not None and isinstance(message, SQLiteMessageProxy) and not owner._mark_started(message):
-            raise SkipMessage("delivery was released at shutdown; another process runs it")
-
-    def after_worker_boot(self, broker: Broker, worker: Any) -> None:
-        owner = self._broker()
-        if owner is not None:
-            owner._draining = False
-
-    def before_worker_shutdown(self, broker: Broker, worker: Any) -> None:
-        owner = self._broker()
-        if owner is not None:
-            owner._release_unstarted()
-
-
 class SQLiteBroker(Broker):
     """A Dramatiq broker storing messages as leased rows in a SQLite file (WAL mode).
 
@@ -132,7 +110,6 @@ class SQLiteBroker(Broker):
         self.reap_interval_s = min(reap_interval_s, lease_ttl_ms / 3000)
         self.store = MessageStore(self.target)
         self.leases_lost = 0
-        self.middleware.insert(0, _LeaseMiddleware(self))
         self._namespace = namespace_for(self.target.path)
         self._waiters = LocalWaiters()
         self._nudger = Nudger(self._fetch_listeners, lambda: self._listener.address if self._listener else None)
@@ -202,6 +179,21 @@ class SQLiteBroker(Broker):
                 )
 
     # -- dramatiq.Broker API -----------------------------------------------------------------------
+    def emit_before(self, signal: str, *args: Any, **kwargs: Any) -> None:
+        # The broker's own lifecycle hooks run before any middleware and are not middleware: a
+        # delivery released at shutdown must be skipped before an actor can start it.
+        if signal == "process_message" and args and isinstance(args[0], SQLiteMessageProxy):
+            if not self._mark_started(args[0]):
+                raise SkipMessage("delivery was released at shutdown; another process runs it")
+        elif signal == "worker_shutdown":
+            self._release_unstarted()
+        super().emit_before(signal, *args, **kwargs)
+
+    def emit_after(self, signal: str, *args: Any, **kwargs: Any) -> None:
+        if signal == "worker_boot":
+            self._draining = False
+        super().emit_after(signal, *args, **kwargs)
+
     def declare_queue(self, queue_name: str) -> None:
         if queue_name in self.queues:
             return

@@ -1,0 +1,118 @@
+"""Dramatiq's own test modules, run against SQLiteBroker.
+
+The pinned Dramatiq sdist is fetched at test time (``pip download --no-deps --no-binary :all:``),
+its generic test modules are extracted into a temporary package next to our ``conftest.py`` (whose
+``stub_broker`` fixture returns a SQLiteBroker) and run in a child pytest. No upstream code is
+committed here.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+DRAMATIQ_VERSION = "2.2.1"
+REPO = Path(__file__).resolve().parents[2]
+CACHE = REPO / "var" / "cache"
+HERE = Path(__file__).resolve().parent
+
+MODULES = [
+    "test_actors",
+    "test_broker",
+    "test_callbacks",
+    "test_composition",
+    "test_encoders",
+    "test_generic_actors",
+    "test_messages",
+    "test_results",
+    "test_stub_broker",
+    "test_worker",
+]
+
+#: Tests that poke StubBroker internals (its in-memory ``Queue`` objects), with the reason.
+DESELECTED = {
+    "test_actors.py::test_actors_can_be_sent_messages": "reads StubBroker.queues['default'].get()",
+    "test_actors.py::test_worker_handles_non_numeric_eta_and_logs_warning": "puts raw bytes on StubBroker.queues[...]",
+    "test_actors.py::test_worker_handles_none_eta": "puts raw bytes on StubBroker.queues[...]",
+    "test_stub_broker.py::test_stub_broker_can_be_flushed": "asserts StubBroker Queue.qsize()/unfinished_tasks",
+    "test_stub_broker.py::test_stub_broker_respects_prefetch": "asserts StubBroker.queues[...].qsize()",
+}
+
+
+def fetch_sdist() -> Path:
+    CACHE.mkdir(parents=True, exist_ok=True)
+    sdist = CACHE / f"dramatiq-{DRAMATIQ_VERSION}.tar.gz"
+    if not sdist.exists():
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "-q",
+                "--no-deps",
+                "--no-binary",
+                ":all:",
+                f"dramatiq=={DRAMATIQ_VERSION}",
+                "-d",
+                str(CACHE),
+            ],
+            check=True,
+        )
+    return sdist
+
+
+def extract_tests(sdist: Path, dest: Path) -> Path:
+    pkg = dest / "dramatiq_upstream_tests"
+    pkg.mkdir(parents=True)
+    prefix = f"dramatiq-{DRAMATIQ_VERSION}/tests/"
+    with tarfile.open(sdist) as tar:
+        for name in MODULES:
+            member = tar.getmember(f"{prefix}{name}.py")
+            data = tar.extractfile(member)
+            assert data is not None
+            (pkg / f"{name}.py").write_bytes(data.read())
+    (pkg / "__init__.py").write_text("")
+    shutil.copy(HERE / "upstream_conftest.py", pkg / "conftest.py")
+    shutil.copy(HERE / "upstream_common.py", pkg / "common.py")
+    (dest / "pytest.ini").write_text("[pytest]\ntimeout = 60\n")
+    return pkg
+
+
+@pytest.mark.slow
+@pytest.mark.services
+@pytest.mark.timeout(900)
+def test_dramatiq_upstream_suite_passes_on_sqlite_broker(tmp_path: Path) -> None:
+    pkg = extract_tests(fetch_sdist(), tmp_path)
+    # Relative node ids: the child runs in tmp_path with tmp_path as rootdir.
+    args = [
+        sys.executable,
+        "-m",
+        "pytest",
+        str(pkg),
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "--rootdir",
+        str(tmp_path),
+        "-c",
+        str(tmp_path / "pytest.ini"),
+        "-rf",
+    ]
+    for test_id in DESELECTED:
+        args += ["--deselect", f"{pkg.name}/{test_id}"]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=880)
+    summary = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
+    print(proc.stdout[-20000:])
+    assert proc.returncode == 0, f"upstream suite failed: {summary}\n{proc.stdout[-20000:]}\n{proc.stderr[-5000:]}"
+    passed = int(m.group(1)) if (m := re.search(r"(\d+) passed", summary)) else 0
+    # 101 generic tests minus the deselected ones, times the backend parametrizations; never fewer.
+    assert passed >= 100, summary
