@@ -22,6 +22,8 @@ from .store import MessageStore
 
 logger = logging.getLogger(__name__)
 
+#: How often dead processes are forgotten and expired dead letters purged, in seconds.
+HOUSEKEEPING_INTERVAL_S = 60.0
 #: WAL size above which the keeper runs a TRUNCATE checkpoint, in bytes.
 WAL_CHECKPOINT_BYTES = 32 * 1024 * 1024
 
@@ -33,7 +35,8 @@ class LeaseKeeper:
         owner: str,
         lease_ttl_ms: int,
         held_ids: Callable[[], list[int]],
-        reap: Callable[[], None],
+        reap: Callable[[], object],
+        housekeeping: Callable[[], None],
         reap_interval_s: float,
     ) -> None:
         self._store = store
@@ -41,9 +44,11 @@ class LeaseKeeper:
         self._ttl = lease_ttl_ms
         self._held_ids = held_ids
         self._reap = reap
+        self._housekeeping = housekeeping
         self._reap_interval_s = reap_interval_s
         self.interval_s = lease_ttl_ms / 3000
         self.renewals = 0
+        self._next_beat = 0.0
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tenure-broker-leases", daemon=True)
         self._thread.start()
@@ -62,13 +67,20 @@ class LeaseKeeper:
 
     def _run(self) -> None:
         next_reap = time.monotonic() + random.uniform(0, self._reap_interval_s)
-        while not self._stopped.wait(self.interval_s):
+        next_housekeeping = time.monotonic() + random.uniform(0, HOUSEKEEPING_INTERVAL_S)
+        while not self._stopped.wait(min(self.interval_s, self._reap_interval_s)):
             try:
-                self.beat()
-                if time.monotonic() >= next_reap:
-                    next_reap = time.monotonic() + self._reap_interval_s * random.uniform(0.8, 1.2)
+                now = time.monotonic()
+                if now >= self._next_beat:
+                    self._next_beat = now + self.interval_s
+                    self.beat()
+                if now >= next_reap:
+                    next_reap = now + self._reap_interval_s * random.uniform(0.8, 1.2)
                     self._reap()
                     self._checkpoint_if_large()
+                if now >= next_housekeeping:
+                    next_housekeeping = now + HOUSEKEEPING_INTERVAL_S * random.uniform(0.8, 1.2)
+                    self._housekeeping()
             except DatabaseUnavailable as e:
                 logger.warning("Lease heartbeat failed (%s); retrying.", e)
             except Exception:

@@ -29,7 +29,7 @@ CREATE TABLE IF NOT EXISTS broker_messages (
 CREATE INDEX IF NOT EXISTS broker_messages_ready  ON broker_messages (queue, priority, eta, id) WHERE state = 0;
 CREATE INDEX IF NOT EXISTS broker_messages_leased ON broker_messages (lease_expires) WHERE state = 1;
 CREATE INDEX IF NOT EXISTS broker_messages_owner  ON broker_messages (lease_owner) WHERE state = 1;
-CREATE INDEX IF NOT EXISTS broker_messages_dead   ON broker_messages (queue, dead_at) WHERE state = 2;
+CREATE INDEX IF NOT EXISTS broker_messages_dead   ON broker_messages (dead_at) WHERE state = 2;
 CREATE INDEX IF NOT EXISTS broker_messages_queue_state ON broker_messages (queue, state);
 
 -- broker_queues: declared queues and their operator state (paused queues are skipped by claims).

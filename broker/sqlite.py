@@ -162,7 +162,13 @@ class SQLiteBroker(Broker):
                     logger.warning("No wake socket (%s); idle consumers poll every worker timeout.", e)
             if self._keeper is None:
                 self._keeper = LeaseKeeper(
-                    self.store, self.owner, self.lease_ttl_ms, self._held_ids, self.reap, self.reap_interval_s
+                    self.store,
+                    self.owner,
+                    self.lease_ttl_ms,
+                    self._held_ids,
+                    self.reap,
+                    self.housekeeping,
+                    self.reap_interval_s,
                 )
         if new_queue:
             now = current_millis()
@@ -390,17 +396,26 @@ class SQLiteBroker(Broker):
             return [dict(zip(keys, row, strict=True)) for row in self.store.process_list(conn)]
 
     def reap(self) -> int:
-        """Return expired leases to READY, forget dead processes and purge expired dead letters."""
+        """Return expired leases to READY (their messages run again); the number of rows returned."""
         self._ready()
         now = current_millis()
+        with self.store.read() as conn:
+            if not self.store.lease_expired_count(conn, now):
+                return 0  # the common case stays a cheap read: no write lock taken
         with self.store.write() as conn:
             queues = self.store.lease_reap_expired(conn, now)
-            self.store.process_reap(conn, now - 3 * self.lease_ttl_ms)
-            self.store.dead_purge(conn, now - self.dead_message_ttl_ms)
         if queues:
             logger.warning("Reclaimed %d expired leases; those messages will run again.", len(queues))
             self.wake(set(queues))
         return len(queues)
+
+    def housekeeping(self) -> None:
+        """Forget processes that stopped heartbeating and purge dead letters past their TTL."""
+        self._ready()
+        now = current_millis()
+        with self.store.write() as conn:
+            self.store.process_reap(conn, now - 3 * self.lease_ttl_ms)
+            self.store.dead_purge(conn, now - self.dead_message_ttl_ms)
 
     def wake(self, queues: Iterable[str]) -> None:
         """Wake consumers of *queues* in this and other processes (after a commit)."""
