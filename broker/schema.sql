@@ -27,6 +27,7 @@ CREATE TABLE IF NOT EXISTS broker_messages (
     CHECK ((state = 2) = (dead_at IS NOT NULL))
 );
 CREATE INDEX IF NOT EXISTS broker_messages_ready  ON broker_messages (queue, priority, eta, id) WHERE state = 0;
+CREATE INDEX IF NOT EXISTS broker_messages_due    ON broker_messages (queue, eta) WHERE state = 0;
 CREATE INDEX IF NOT EXISTS broker_messages_leased ON broker_messages (lease_expires) WHERE state = 1;
 CREATE INDEX IF NOT EXISTS broker_messages_owner  ON broker_messages (lease_owner) WHERE state = 1;
 CREATE INDEX IF NOT EXISTS broker_messages_dead   ON broker_messages (dead_at) WHERE state = 2;
@@ -65,6 +66,7 @@ CREATE TABLE IF NOT EXISTS broker_rate_limits (
     value      INTEGER NOT NULL,
     expires_at INTEGER NOT NULL
 ) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS broker_rate_limits_expires ON broker_rate_limits (expires_at);
 
 -- broker_meta: schema version of the broker's tables.
 CREATE TABLE IF NOT EXISTS broker_meta (
