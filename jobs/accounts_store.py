@@ -1,0 +1,191 @@
+"""All SQL for accounts: the ``users`` and ``api_tokens`` tables.
+
+Tables (created by Alembic revision ``0002_accounts``; :data:`metadata` mirrors it for tests):
+
+- ``users``: one row per person. ``role`` is ``admin`` or ``user`` (CHECK). ``password_hash`` is a
+  self-describing scrypt string (``scrypt$n$r$p$salt$hash``); the password itself is never stored.
+  ``username`` is unique, compared case-sensitively.
+- ``api_tokens``: bearer tokens. Only ``sha256(secret)`` is stored (the secret has 256 bits of
+  entropy, so a fast hash is enough and lookups stay one indexed read); ``prefix`` is the first
+  characters of the secret, kept so people can tell their tokens apart. A revoked token keeps its
+  row with ``revoked_at`` set; it never authenticates again.
+
+Invariants: a token always belongs to an existing user (FK, ON DELETE CASCADE); ``revoked_at`` is
+either NULL or not before ``created_at`` (CHECK).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from sqlalchemy import (
+    Boolean,
+    CheckConstraint,
+    Column,
+    Connection,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    func,
+    insert,
+    select,
+    update,
+)
+
+#: The accounts tables' metadata (Alembic owns the real schema; tests may ``create_all`` this).
+metadata = MetaData()
+
+users = Table(
+    "users",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("username", String(64), nullable=False, unique=True),
+    Column("password_hash", String(255), nullable=False),
+    Column("role", String(16), nullable=False),
+    Column("disabled", Boolean, nullable=False, default=False, server_default="0"),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    CheckConstraint("role IN ('admin', 'user')", name="ck_users_role"),
+)
+
+api_tokens = Table(
+    "api_tokens",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("user_id", Integer, ForeignKey("users.id", ondelete="CASCADE"), nullable=False),
+    Column("name", String(100), nullable=False),
+    Column("prefix", String(16), nullable=False),
+    Column("token_hash", String(64), nullable=False, unique=True),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("last_used_at", DateTime(timezone=True), nullable=True),
+    Column("revoked_at", DateTime(timezone=True), nullable=True),
+    CheckConstraint("revoked_at IS NULL OR revoked_at >= created_at", name="ck_api_tokens_revoked_after_created"),
+    Index("ix_api_tokens_user_id", "user_id"),
+)
+
+
+@dataclass(frozen=True)
+class UserRow:
+    id: int
+    username: str
+    password_hash: str
+    role: str
+    disabled: bool
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class TokenRow:
+    id: int
+    user_id: int
+    name: str
+    prefix: str
+    created_at: datetime
+    last_used_at: datetime | None
+    revoked_at: datetime | None
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    # SQLite hands back naive datetimes; every timestamp we write is UTC.
+    if value is not None and value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value
+
+
+def _user(row) -> UserRow:  # type: ignore[no-untyped-def]
+    return UserRow(row.id, row.username, row.password_hash, row.role, bool(row.disabled), _utc(row.created_at))
+
+
+def _token(row) -> TokenRow:  # type: ignore[no-untyped-def]
+    return TokenRow(
+        row.id, row.user_id, row.name, row.prefix, _utc(row.created_at), _utc(row.last_used_at), _utc(row.revoked_at)
+    )
+
+
+_USER_COLS = (users.c.id, users.c.username, users.c.password_hash, users.c.role, users.c.disabled, users.c.created_at)
+_TOKEN_COLS = (
+    api_tokens.c.id,
+    api_tokens.c.user_id,
+    api_tokens.c.name,
+    api_tokens.c.prefix,
+    api_tokens.c.created_at,
+    api_tokens.c.last_used_at,
+    api_tokens.c.revoked_at,
+)
+
+
+def user_insert(conn: Connection, username: str, password_hash: str, role: str, now: datetime) -> int:
+    result = conn.execute(
+        insert(users).values(username=username, password_hash=password_hash, role=role, disabled=False, created_at=now)
+    )
+    return int(result.inserted_primary_key[0])
+
+
+def user_get(conn: Connection, user_id: int) -> UserRow | None:
+    row = conn.execute(select(*_USER_COLS).where(users.c.id == user_id)).first()
+    return _user(row) if row else None
+
+
+def user_get_by_name(conn: Connection, username: str) -> UserRow | None:
+    row = conn.execute(select(*_USER_COLS).where(users.c.username == username)).first()
+    return _user(row) if row else None
+
+
+def user_list(conn: Connection) -> list[UserRow]:
+    return [_user(r) for r in conn.execute(select(*_USER_COLS).order_by(users.c.id))]
+
+
+def user_count_admins(conn: Connection) -> int:
+    query = select(func.count()).select_from(users).where(users.c.role == "admin", users.c.disabled.is_(False))
+    return int(conn.execute(query).scalar_one())
+
+
+def user_set_password(conn: Connection, user_id: int, password_hash: str) -> bool:
+    result = conn.execute(update(users).where(users.c.id == user_id).values(password_hash=password_hash))
+    return result.rowcount == 1
+
+
+def user_set_disabled(conn: Connection, user_id: int, disabled: bool) -> bool:
+    result = conn.execute(update(users).where(users.c.id == user_id).values(disabled=disabled))
+    return result.rowcount == 1
+
+
+def token_insert(conn: Connection, user_id: int, name: str, prefix: str, token_hash: str, now: datetime) -> int:
+    result = conn.execute(
+        insert(api_tokens).values(user_id=user_id, name=name, prefix=prefix, token_hash=token_hash, created_at=now)
+    )
+    return int(result.inserted_primary_key[0])
+
+
+def token_list_for_user(conn: Connection, user_id: int) -> list[TokenRow]:
+    query = select(*_TOKEN_COLS).where(api_tokens.c.user_id == user_id).order_by(api_tokens.c.id.desc())
+    return [_token(r) for r in conn.execute(query)]
+
+
+def token_find_active_user(conn: Connection, token_hash: str) -> tuple[int, UserRow] | None:
+    """The (token id, user) of an unrevoked token whose owner is not disabled."""
+    query = (
+        select(api_tokens.c.id.label("token_id"), *_USER_COLS)
+        .join(users, users.c.id == api_tokens.c.user_id)
+        .where(api_tokens.c.token_hash == token_hash, api_tokens.c.revoked_at.is_(None), users.c.disabled.is_(False))
+    )
+    row = conn.execute(query).first()
+    return (int(row.token_id), _user(row)) if row else None
+
+
+def token_touch(conn: Connection, token_id: int, now: datetime) -> None:
+    conn.execute(update(api_tokens).where(api_tokens.c.id == token_id).values(last_used_at=now))
+
+
+def token_revoke_if_active(conn: Connection, token_id: int, user_id: int, now: datetime) -> bool:
+    """Revoke one of *user_id*'s tokens; False when it does not exist, is not theirs, or is already revoked."""
+    result = conn.execute(
+        update(api_tokens)
+        .where(api_tokens.c.id == token_id, api_tokens.c.user_id == user_id, api_tokens.c.revoked_at.is_(None))
+        .values(revoked_at=now)
+    )
+    return result.rowcount == 1

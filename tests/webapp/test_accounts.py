@@ -1,0 +1,91 @@
+"""Accounts: users, password hashing, API tokens and the ``tenure users`` CLI."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, create_engine
+
+import tenure_cli
+from jobs import accounts
+from jobs.accounts_store import metadata
+
+
+@pytest.fixture()
+def engine(tmp_path: Path) -> Engine:
+    eng = create_engine(f"sqlite:///{tmp_path / 'accounts.db'}")
+    metadata.create_all(eng)
+    yield eng
+    eng.dispose()
+
+
+def test_create_and_authenticate(engine: Engine) -> None:
+    user, password = accounts.create_user(engine, "alice", role="user")
+    assert len(password) >= accounts.MIN_PASSWORD_LENGTH
+    assert accounts.authenticate(engine, "alice", password) == user
+    assert accounts.authenticate(engine, "alice", password + "x") is None
+    assert accounts.authenticate(engine, "nobody", password) is None
+    assert not user.is_admin and user.owner_id == str(user.id)
+
+
+def test_refusals(engine: Engine) -> None:
+    accounts.create_user(engine, "bob", "correct horse battery")
+    with pytest.raises(accounts.UserExists):
+        accounts.create_user(engine, "bob", "another long password")
+    with pytest.raises(accounts.InvalidUsername):
+        accounts.create_user(engine, "bad name", "another long password")
+    with pytest.raises(accounts.WeakPassword):
+        accounts.create_user(engine, "carol", "short")
+    with pytest.raises(ValueError):
+        accounts.create_user(engine, "dave", "another long password", role="root")
+
+
+def test_password_hash_is_salted_scrypt(engine: Engine) -> None:
+    first, second = accounts.hash_password("same password"), accounts.hash_password("same password")
+    assert first != second and first.startswith("scrypt$")
+    assert accounts.verify_password("same password", first)
+    assert not accounts.verify_password("same password", "garbage")
+
+
+def test_tokens_hashed_shown_once_revocable(engine: Engine) -> None:
+    user, _ = accounts.create_user(engine, "erin")
+    other, _ = accounts.create_user(engine, "frank")
+    token, secret = accounts.create_token(engine, user.id, "ci")
+    assert secret.startswith("tnr_") and token.prefix == secret[:10]
+    with engine.connect() as conn:
+        stored = conn.exec_driver_sql("SELECT token_hash FROM api_tokens").scalar_one()
+    assert secret not in stored
+    assert accounts.authenticate_token(engine, secret, touch=True) == user
+    assert accounts.list_tokens(engine, user.id)[0].last_used_at is not None
+    with pytest.raises(accounts.TokenNotFound):
+        accounts.revoke_token(engine, other.id, token.id)  # not theirs
+    accounts.revoke_token(engine, user.id, token.id)
+    assert accounts.authenticate_token(engine, secret) is None
+    with pytest.raises(accounts.TokenNotFound):
+        accounts.revoke_token(engine, user.id, token.id)
+    assert accounts.authenticate_token(engine, "not-a-token") is None
+
+
+def test_ensure_admin_once(engine: Engine) -> None:
+    created = accounts.ensure_admin(engine)
+    assert created is not None
+    user, password = created
+    assert user.is_admin and accounts.authenticate(engine, "admin", password) == user
+    assert accounts.ensure_admin(engine) is None
+
+
+def test_cli_users(engine: Engine, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("TENURE_DATABASE_URL", str(engine.url))
+    assert tenure_cli.main(["users", "create", "grace", "--admin"]) == 0
+    out = capsys.readouterr().out
+    password = out.split("password (shown once): ")[1].strip()
+    assert accounts.authenticate(engine, "grace", password).is_admin
+    assert tenure_cli.main(["users", "ensure-admin"]) == 0
+    assert "an admin account exists" in capsys.readouterr().out
+    monkeypatch.setattr("sys.stdin", io.StringIO("a typed long password\n"))
+    assert tenure_cli.main(["users", "create", "heidi", "--password-stdin"]) == 0
+    assert "a typed long password" not in capsys.readouterr().out
+    assert accounts.authenticate(engine, "heidi", "a typed long password") is not None
+    assert tenure_cli.main(["users", "create", "heidi", "--password-stdin"]) == 1
