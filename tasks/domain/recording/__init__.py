@@ -1,0 +1,1 @@
+"""Import a live-stream recording folder: segment names, true durations, danmaku XML."""
