@@ -19,7 +19,7 @@ import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 
 from . import accounts_store as store
@@ -98,6 +98,12 @@ class ApiToken:
         return self.revoked_at is None
 
 
+def _read(engine: Engine) -> Connection:
+    """A read-only connection: with the job layer's engines (jobs.db.make_engine) it opens a deferred
+    ``BEGIN`` instead of ``BEGIN IMMEDIATE``, so logins and token checks never wait for the writer."""
+    return engine.connect().execution_options(tenure_readonly=True)  # == jobs.db.READONLY
+
+
 def _now() -> datetime:
     return datetime.now(UTC)
 
@@ -167,19 +173,22 @@ def ensure_admin(engine: Engine, username: str = "admin") -> tuple[User, str] | 
 
     Returns: ``(user, password)`` when it created one (show the password once), else ``None``.
     """
-    with engine.connect() as conn:
+    with _read(engine) as conn:
         if store.user_count_admins(conn):
             return None
         existing = store.user_get_by_name(conn, username)
     if existing is not None:
         # The name is taken by a non-admin: do not silently promote it; pick a free name instead.
         username = f"{username}-{secrets.token_hex(3)}"
-    return create_user(engine, username, role="admin")
+    try:
+        return create_user(engine, username, role="admin")
+    except UserExists:
+        return None  # another process created it at the same moment
 
 
 def authenticate(engine: Engine, username: str, password: str) -> User | None:
     """The active user with this name and password, or ``None`` (same cost either way)."""
-    with engine.connect() as conn:
+    with _read(engine) as conn:
         row = store.user_get_by_name(conn, username)
     if row is None:
         verify_password(password, _DUMMY_HASH)
@@ -191,19 +200,19 @@ def authenticate(engine: Engine, username: str, password: str) -> User | None:
 
 def get_user(engine: Engine, user_id: int) -> User | None:
     """The active user with this id, or ``None`` (disabled users count as missing)."""
-    with engine.connect() as conn:
+    with _read(engine) as conn:
         row = store.user_get(conn, user_id)
     return _public(row) if row and not row.disabled else None
 
 
 def get_user_by_name(engine: Engine, username: str) -> User | None:
-    with engine.connect() as conn:
+    with _read(engine) as conn:
         row = store.user_get_by_name(conn, username)
     return _public(row) if row else None
 
 
 def list_users(engine: Engine) -> list[User]:
-    with engine.connect() as conn:
+    with _read(engine) as conn:
         return [_public(r) for r in store.user_list(conn)]
 
 
@@ -241,7 +250,7 @@ def create_token(engine: Engine, user_id: int, name: str) -> tuple[ApiToken, str
 
 def list_tokens(engine: Engine, user_id: int) -> list[ApiToken]:
     """The user's tokens, newest first, revoked ones included."""
-    with engine.connect() as conn:
+    with _read(engine) as conn:
         rows = store.token_list_for_user(conn, user_id)
     return [ApiToken(r.id, r.name, r.prefix, r.created_at, r.last_used_at, r.revoked_at) for r in rows]
 
@@ -260,7 +269,7 @@ def authenticate_token(engine: Engine, secret: str, *, touch: bool = False) -> U
     """
     if not secret.startswith(TOKEN_PREFIX) or len(secret) > 200:
         return None
-    with engine.connect() as conn:
+    with _read(engine) as conn:
         found = store.token_find_active_user(conn, _token_hash(secret))
     if found is None:
         return None

@@ -10,6 +10,8 @@ Tables (created by Alembic revision ``0002_accounts``; :data:`metadata` mirrors 
   characters of the secret, kept so people can tell their tokens apart. A revoked token keeps its
   row with ``revoked_at`` set; it never authenticates again.
 
+Timestamps are integer milliseconds since the epoch (UTC), as in the job and broker tables.
+
 Invariants: a token always belongs to an existing user (FK, ON DELETE CASCADE); ``revoked_at`` is
 either NULL or not before ``created_at`` (CHECK).
 """
@@ -20,11 +22,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     CheckConstraint,
     Column,
     Connection,
-    DateTime,
     ForeignKey,
     Index,
     Integer,
@@ -48,7 +50,7 @@ users = Table(
     Column("password_hash", String(255), nullable=False),
     Column("role", String(16), nullable=False),
     Column("disabled", Boolean, nullable=False, default=False, server_default="0"),
-    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("created_at", BigInteger, nullable=False),
     CheckConstraint("role IN ('admin', 'user')", name="ck_users_role"),
 )
 
@@ -60,9 +62,9 @@ api_tokens = Table(
     Column("name", String(100), nullable=False),
     Column("prefix", String(16), nullable=False),
     Column("token_hash", String(64), nullable=False, unique=True),
-    Column("created_at", DateTime(timezone=True), nullable=False),
-    Column("last_used_at", DateTime(timezone=True), nullable=True),
-    Column("revoked_at", DateTime(timezone=True), nullable=True),
+    Column("created_at", BigInteger, nullable=False),
+    Column("last_used_at", BigInteger, nullable=True),
+    Column("revoked_at", BigInteger, nullable=True),
     CheckConstraint("revoked_at IS NULL OR revoked_at >= created_at", name="ck_api_tokens_revoked_after_created"),
     Index("ix_api_tokens_user_id", "user_id"),
 )
@@ -89,11 +91,12 @@ class TokenRow:
     revoked_at: datetime | None
 
 
-def _utc(value: datetime | None) -> datetime | None:
-    # SQLite hands back naive datetimes; every timestamp we write is UTC.
-    if value is not None and value.tzinfo is None:
-        return value.replace(tzinfo=UTC)
-    return value
+def _utc(ms: int | None) -> datetime | None:
+    return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC)
+
+
+def _ms(value: datetime) -> int:
+    return int(value.timestamp() * 1000)
 
 
 def _user(row) -> UserRow:  # type: ignore[no-untyped-def]
@@ -120,7 +123,9 @@ _TOKEN_COLS = (
 
 def user_insert(conn: Connection, username: str, password_hash: str, role: str, now: datetime) -> int:
     result = conn.execute(
-        insert(users).values(username=username, password_hash=password_hash, role=role, disabled=False, created_at=now)
+        insert(users).values(
+            username=username, password_hash=password_hash, role=role, disabled=False, created_at=_ms(now)
+        )
     )
     return int(result.inserted_primary_key[0])
 
@@ -156,7 +161,7 @@ def user_set_disabled(conn: Connection, user_id: int, disabled: bool) -> bool:
 
 def token_insert(conn: Connection, user_id: int, name: str, prefix: str, token_hash: str, now: datetime) -> int:
     result = conn.execute(
-        insert(api_tokens).values(user_id=user_id, name=name, prefix=prefix, token_hash=token_hash, created_at=now)
+        insert(api_tokens).values(user_id=user_id, name=name, prefix=prefix, token_hash=token_hash, created_at=_ms(now))
     )
     return int(result.inserted_primary_key[0])
 
@@ -178,7 +183,7 @@ def token_find_active_user(conn: Connection, token_hash: str) -> tuple[int, User
 
 
 def token_touch(conn: Connection, token_id: int, now: datetime) -> None:
-    conn.execute(update(api_tokens).where(api_tokens.c.id == token_id).values(last_used_at=now))
+    conn.execute(update(api_tokens).where(api_tokens.c.id == token_id).values(last_used_at=_ms(now)))
 
 
 def token_revoke_if_active(conn: Connection, token_id: int, user_id: int, now: datetime) -> bool:
@@ -186,6 +191,6 @@ def token_revoke_if_active(conn: Connection, token_id: int, user_id: int, now: d
     result = conn.execute(
         update(api_tokens)
         .where(api_tokens.c.id == token_id, api_tokens.c.user_id == user_id, api_tokens.c.revoked_at.is_(None))
-        .values(revoked_at=now)
+        .values(revoked_at=_ms(now))
     )
     return result.rowcount == 1
