@@ -1,0 +1,1 @@
+"""Speech recognition with faster-whisper on packaged (offline) models."""
