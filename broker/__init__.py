@@ -6,6 +6,8 @@ dramatiq.set_broker(SQLiteBroker("sqlite:///var/tenure.db"))
 
 from .errors import DatabaseUnavailable, LeaseLost, UnsupportedDatabase
 from .factory import make_broker
+from .rate_limits import SQLiteRateLimiterBackend
+from .results import SQLiteResultBackend
 from .sqlite import DEFAULT_LEASE_TTL_MS, DEFAULT_URL, SQLiteBroker
 from .store import SCHEMA_VERSION, schema_sql
 
@@ -16,6 +18,8 @@ __all__ = [
     "DatabaseUnavailable",
     "LeaseLost",
     "SQLiteBroker",
+    "SQLiteRateLimiterBackend",
+    "SQLiteResultBackend",
     "UnsupportedDatabase",
     "make_broker",
     "schema_sql",
