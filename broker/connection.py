@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
@@ -104,11 +105,33 @@ def connect(target: SQLiteTarget) -> sqlite3.Connection:
         check_same_thread=False,
     )
     conn.execute(f"PRAGMA busy_timeout = {int(target.busy_timeout_ms)}")
-    mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-    if mode.lower() != "wal":
+    try:
+        _ensure_wal(conn, target)
+    except BaseException:
         conn.close()
-        raise UnsupportedDatabase(f"could not switch {target.path} to WAL mode (got {mode!r})")
+        raise
     conn.execute(f"PRAGMA synchronous = {target.synchronous}")
     conn.execute(f"PRAGMA journal_size_limit = {JOURNAL_SIZE_LIMIT_BYTES}")
     conn.execute("PRAGMA foreign_keys = ON")
     return conn
+
+
+def _ensure_wal(conn: sqlite3.Connection, target: SQLiteTarget) -> None:
+    """Switch the file to WAL once. Switching takes an exclusive lock without consulting the busy
+    handler, so connections racing to open a brand-new file retry instead of failing."""
+    deadline = time.monotonic() + target.busy_timeout_ms / 1000
+    delay = 0.001
+    while True:
+        try:
+            mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+            if mode.lower() != "wal":
+                mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) and "busy" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
+            continue
+        if mode.lower() != "wal":
+            raise UnsupportedDatabase(f"could not switch {target.path} to WAL mode (got {mode!r})")
+        return

@@ -149,8 +149,8 @@ class MessageStore:
                         f"{self.target.path} has broker schema version {version}; this broker knows "
                         f"up to {SCHEMA_VERSION}. Upgrade Tenure or point it at another database."
                     )
-                if version == SCHEMA_VERSION:
-                    return
+            # Every statement is idempotent, so additions made within a version (a new index) reach
+            # existing files too.
             for statement in _split_sql(schema_sql()):
                 conn.execute(statement)
 
