@@ -1,0 +1,235 @@
+"""Scrape-time metrics computed from the database (a prometheus-client custom collector).
+
+:class:`DatabaseCollector` is registered in the *fresh* registry each ``/metrics`` request builds
+(next to ``MultiProcessCollector``), so its numbers are read once per scrape, in the web process,
+and never go through the multiprocess files. It is pluggable: it takes a list of *sources*, each
+yielding metric families of :mod:`monitoring.metrics`. A failing source is logged and reported as
+``tenure_collector_source_up{source=…} 0``; the other sources and the process metrics still answer.
+
+Sources provided here:
+
+- :class:`BrokerSource` — messages per queue and state, lag, paused queues, consumers per queue,
+  expired-but-unreaped leases (SQLite broker; other brokers yield nothing);
+- :class:`JobsSource` — jobs per status, outbox backlog (callables given by the job layer);
+- :class:`ScheduleSource` — last/next fire per schedule (a callable given by the scheduler).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from dramatiq.common import current_millis
+
+from broker import SQLiteBroker
+
+from . import metrics as m
+from .store import lease_expired_by_queue
+
+logger = logging.getLogger(__name__)
+
+#: Message states reported by ``tenure_queue_messages`` (always all four, zeros included).
+QUEUE_STATES = ("ready", "delayed", "leased", "dead")
+
+
+class Source(Protocol):
+    """Something that computes metric families at scrape time."""
+
+    #: Short label value for ``tenure_collector_source_up{source=…}``.
+    name: str
+
+    def collect(self) -> Iterable[Any]:
+        """Yield prometheus-client metric families (see :meth:`monitoring.metrics.DbMetric.family`)."""
+        ...
+
+
+class DatabaseCollector:
+    """A prometheus-client collector running every source once per scrape.
+
+    Parameters:
+      sources: The sources to run, in order.
+    """
+
+    def __init__(self, sources: Sequence[Source]) -> None:
+        self.sources = list(sources)
+
+    def describe(self) -> list[Any]:
+        # No up-front description: registering must not run database queries.
+        return []
+
+    def collect(self) -> Iterable[Any]:
+        up = m.COLLECTOR_SOURCE_UP.family()
+        took = m.COLLECTOR_SOURCE_DURATION.family()
+        for source in self.sources:
+            t0 = time.perf_counter()
+            try:
+                families = list(source.collect())
+            except Exception:
+                logger.exception("Metrics source %r failed during a scrape.", source.name)
+                families, ok = [], 0
+            else:
+                ok = 1
+            up.add_metric([source.name], ok)
+            took.add_metric([source.name], time.perf_counter() - t0)
+            yield from families
+        yield up
+        yield took
+
+
+class BrokerSource:
+    """Queue depth, lag, consumers and expired leases of a :class:`broker.SQLiteBroker`.
+
+    Uses the broker's operators' API (``stats()``, ``processes()``) plus one read-only query of
+    :mod:`monitoring.store`. A non-SQLite broker (Redis, RabbitMQ) yields nothing: use those
+    servers' own exporters for queue depth.
+
+    Parameters:
+      broker: The broker the web app already has (any Dramatiq broker).
+      clock: Milliseconds since the epoch (tests inject one).
+    """
+
+    name = "broker"
+
+    def __init__(self, broker: Any, *, clock: Callable[[], int] = current_millis) -> None:
+        self.broker = broker
+        self.clock = clock
+
+    def collect(self) -> Iterable[Any]:
+        broker = self.broker
+        if not isinstance(broker, SQLiteBroker):
+            return []
+        now = self.clock()
+        stats = broker.stats()
+        processes = broker.processes()
+        with broker.store.read() as conn:
+            expired = lease_expired_by_queue(conn, now)
+
+        messages = m.QUEUE_MESSAGES.family()
+        lag = m.QUEUE_OLDEST_READY_AGE.family()
+        paused = m.QUEUE_PAUSED.family()
+        for s in stats:
+            for state in QUEUE_STATES:
+                messages.add_metric([s.queue, state], getattr(s, state))
+            lag.add_metric([s.queue], (s.oldest_ready_age_ms or 0) / 1000)
+            paused.add_metric([s.queue], int(s.paused))
+
+        queues = {s.queue for s in stats}
+        unreaped = m.LEASES_EXPIRED_UNREAPED.family()
+        for queue in sorted(queues | set(expired)):
+            unreaped.add_metric([queue], expired.get(queue, 0))
+
+        # A consumer heartbeats every lease_ttl / 3; one that missed a whole TTL is not counted.
+        alive_after = now - broker.lease_ttl_ms
+        consumers = dict.fromkeys(queues, 0)
+        for p in processes:
+            if p["heartbeat_at"] >= alive_after:
+                for queue in filter(None, str(p["queues"]).split(",")):
+                    consumers[queue] = consumers.get(queue, 0) + 1
+        consumer_family = m.QUEUE_CONSUMERS.family()
+        for queue in sorted(consumers):
+            consumer_family.add_metric([queue], consumers[queue])
+        return [messages, lag, paused, unreaped, consumer_family]
+
+
+@dataclass(frozen=True)
+class OutboxBacklog:
+    """Unpublished outbox rows and the age of the oldest, in seconds (0 when empty)."""
+
+    rows: int
+    oldest_age_s: float = 0.0
+
+
+class JobsSource:
+    """Jobs per status and the outbox backlog, read through the job layer's public functions.
+
+    ``jobs`` must not import ``monitoring``, so the web app hands the job layer's query functions
+    in (see docs/monitoring.md). Missing callables are skipped: the source then yields nothing.
+
+    Parameters:
+      status_counts: Returns ``{status: count}`` (statuses with no job may be omitted; the
+        statuses in *statuses* are always exported, as 0 when absent).
+      outbox_backlog: Returns an :class:`OutboxBacklog` (or ``None`` when there is no outbox, as
+        with the SQLite broker where the enqueue shares the job's transaction).
+      statuses: Statuses always exported.
+    """
+
+    name = "jobs"
+
+    def __init__(
+        self,
+        status_counts: Callable[[], Mapping[str, int]] | None = None,
+        outbox_backlog: Callable[[], OutboxBacklog | None] | None = None,
+        *,
+        statuses: Sequence[str] = ("queued", "running", "succeeded", "failed", "cancelled", "interrupted"),
+    ) -> None:
+        self.status_counts = status_counts
+        self.outbox_backlog = outbox_backlog
+        self.statuses = tuple(statuses)
+
+    def collect(self) -> Iterable[Any]:
+        families = []
+        if self.status_counts is not None:
+            counts = dict(self.status_counts())
+            jobs = m.JOBS.family()
+            for status in sorted(set(self.statuses) | set(counts)):
+                jobs.add_metric([status], counts.get(status, 0))
+            families.append(jobs)
+        if self.outbox_backlog is not None:
+            backlog = self.outbox_backlog()
+            if backlog is not None:
+                rows = m.OUTBOX_BACKLOG.family()
+                rows.add_metric([], backlog.rows)
+                age = m.OUTBOX_OLDEST_AGE.family()
+                age.add_metric([], backlog.oldest_age_s)
+                families += [rows, age]
+        return families
+
+
+@dataclass(frozen=True)
+class ScheduleFireInfo:
+    """One schedule's last fired tick and next due tick, as Unix timestamps in seconds."""
+
+    schedule: str
+    last_fire_s: float | None
+    next_fire_s: float | None
+
+
+class ScheduleSource:
+    """Last/next fire per schedule, from a callable the scheduler's layer provides.
+
+    Parameters:
+      fires: Returns one :class:`ScheduleFireInfo` per declared schedule.
+    """
+
+    name = "schedules"
+
+    def __init__(self, fires: Callable[[], Iterable[ScheduleFireInfo]]) -> None:
+        self.fires = fires
+
+    def collect(self) -> Iterable[Any]:
+        last = m.SCHEDULE_LAST_FIRE.family()
+        nxt = m.SCHEDULE_NEXT_FIRE.family()
+        for info in sorted(self.fires(), key=lambda i: i.schedule):
+            if info.last_fire_s is not None:
+                last.add_metric([info.schedule], info.last_fire_s)
+            if info.next_fire_s is not None:
+                nxt.add_metric([info.schedule], info.next_fire_s)
+        return [last, nxt]
+
+
+def default_sources(
+    broker: Any,
+    *,
+    jobs: JobsSource | None = None,
+    schedules: ScheduleSource | None = None,
+) -> list[Source]:
+    """The sources ``/metrics`` uses: the broker's, plus the job layer's and the scheduler's when given."""
+    sources: list[Source] = [BrokerSource(broker)]
+    if jobs is not None:
+        sources.append(jobs)
+    if schedules is not None:
+        sources.append(schedules)
+    return sources

@@ -1,0 +1,176 @@
+"""Structured lifecycle log lines (job started/completed/failed/cancelled…) and the metrics they feed.
+
+Layering: ``jobs`` must not import ``monitoring``. So the job layer emits plain :mod:`logging`
+records on the logger ``tenure.lifecycle`` with one ``extra`` key, ``tenure``, holding the event::
+
+    logging.getLogger("tenure.lifecycle").info(
+        "job.completed",
+        extra={"tenure": {"event": "job.completed", "job_id": job.id, "kind": job.kind,
+                          "attempt": job.attempt, "outcome": "succeeded", "duration_s": 1.25}},
+    )
+
+and this module turns those records into
+
+- one line per event with only allow-listed fields (:class:`LifecycleFormatter`, key=value or
+  JSON) — payloads, results, arguments and anything else passed in ``extra`` are never printed;
+- metrics (:class:`LifecycleMetricsHandler`): ``tenure_jobs_finished_total{kind,outcome}``,
+  ``tenure_stale_attempts_total``, ``tenure_schedule_fires_total{schedule,result}``.
+
+Layers that may import monitoring (tasks, webapp, the scheduler) can call :func:`log_event`.
+:class:`monitoring.middleware.MetricsMiddleware` installs the metrics handler in every worker
+process; other processes call :func:`install`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Mapping
+from typing import Any, TextIO
+
+from . import metrics as m
+
+#: The logger lifecycle events are emitted on.
+LIFECYCLE_LOGGER = "tenure.lifecycle"
+#: The ``extra`` key carrying the event fields.
+EXTRA_KEY = "tenure"
+
+#: Events and what they mean. ``job.*`` events carry job_id, kind, attempt; finished ones outcome
+#: and duration_s.
+EVENTS = {
+    "job.started": "an attempt started running",
+    "job.completed": "an attempt succeeded (outcome=succeeded)",
+    "job.failed": "an attempt failed (outcome=failed; retrying=true when another attempt follows)",
+    "job.cancelled": "the job was cancelled (outcome=cancelled)",
+    "job.interrupted": "a lease expired on an unsafe actor; parked for review (outcome=interrupted)",
+    "job.stale_write": "a write from a stale attempt was rejected",
+    "schedule.fire": "a scheduler handled a tick (schedule, result=fired|duplicate|skipped)",
+}
+#: The only fields ever printed, in this order. Values are scalars, truncated.
+FIELDS = (
+    "event",
+    "job_id",
+    "kind",
+    "attempt",
+    "outcome",
+    "duration_s",
+    "retrying",
+    "error_type",
+    "queue",
+    "worker_id",
+    "schedule",
+    "result",
+)
+#: Longest value printed.
+MAX_VALUE_CHARS = 200
+
+_FINISHED = {"job.completed": "succeeded", "job.failed": "failed", "job.cancelled": "cancelled"}
+_FINISHED["job.interrupted"] = "interrupted"
+
+
+def event_fields(record: logging.LogRecord) -> dict[str, Any] | None:
+    """The allow-listed fields of a lifecycle record, or ``None`` for other records."""
+    raw = getattr(record, EXTRA_KEY, None)
+    if not isinstance(raw, Mapping) or "event" not in raw:
+        return None
+    out: dict[str, Any] = {}
+    for key in FIELDS:
+        if key in raw and raw[key] is not None:
+            out[key] = _scalar(raw[key])
+    return out
+
+
+def _scalar(value: Any) -> Any:
+    if isinstance(value, bool | int):
+        return value
+    if isinstance(value, float):
+        return round(value, 6)
+    text = str(value).replace("\n", " ").replace("\r", " ")
+    return text[:MAX_VALUE_CHARS]
+
+
+class LifecycleFormatter(logging.Formatter):
+    """Formats lifecycle records as ``key=value`` (default) or one JSON object per line.
+
+    Records without lifecycle fields are formatted by the standard formatter.
+    """
+
+    def __init__(self, *, as_json: bool = False) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s %(message)s")
+        self.as_json = as_json
+
+    def format(self, record: logging.LogRecord) -> str:
+        fields = event_fields(record)
+        if fields is None:
+            return super().format(record)
+        if self.as_json:
+            return json.dumps(
+                {"ts": round(record.created, 3), "level": record.levelname, "logger": record.name, **fields},
+                separators=(",", ":"),
+            )
+        pairs = " ".join(f"{k}={_quote(v)}" for k, v in fields.items())
+        return f"{self.formatTime(record)} {record.levelname} {record.name} {pairs}"
+
+
+def _quote(value: Any) -> str:
+    text = str(value).lower() if isinstance(value, bool) else str(value)
+    return json.dumps(text) if (not text or any(c in text for c in ' ="')) else text
+
+
+class LifecycleMetricsHandler(logging.Handler):
+    """Counts lifecycle events into :mod:`monitoring.metrics` (prints nothing)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        fields = event_fields(record)
+        if fields is None:
+            return
+        event = fields["event"]
+        try:
+            if event in _FINISHED:
+                outcome = _FINISHED[event]
+                m.JOBS_FINISHED.labels(str(fields.get("kind", "")), outcome).inc()
+            elif event == "job.stale_write":
+                m.record_stale_attempt()
+            elif event == "schedule.fire" and fields.get("result") in m.SCHEDULE_RESULTS:
+                m.record_schedule_fire(str(fields.get("schedule", "")), str(fields["result"]))
+        except Exception:
+            self.handleError(record)
+
+
+def log_event(event: str, *, level: int = logging.INFO, **fields: Any) -> None:
+    """Emit one lifecycle event (for layers allowed to import monitoring).
+
+    Parameters:
+      event: One of :data:`EVENTS`.
+      fields: Any of :data:`FIELDS`; others are dropped by the formatter.
+    """
+    logging.getLogger(LIFECYCLE_LOGGER).log(level, event, extra={EXTRA_KEY: {"event": event, **fields}})
+
+
+def install_metrics_handler(logger_name: str = LIFECYCLE_LOGGER) -> LifecycleMetricsHandler:
+    """Attach the metrics handler to the lifecycle logger once per process; the handler."""
+    logger = logging.getLogger(logger_name)
+    for h in logger.handlers:
+        if isinstance(h, LifecycleMetricsHandler):
+            return h
+    handler = LifecycleMetricsHandler()
+    logger.addHandler(handler)
+    if logger.level == logging.NOTSET or logger.level > logging.INFO:
+        logger.setLevel(logging.INFO)
+    return handler
+
+
+def install(*, as_json: bool = False, stream: TextIO | None = None, logger_name: str = LIFECYCLE_LOGGER) -> None:
+    """Print lifecycle lines to *stream* (default stderr) and count them into metrics. Idempotent.
+
+    The lifecycle logger stops propagating, so the root handler does not print the bare event name a
+    second time.
+    """
+    logger = logging.getLogger(logger_name)
+    install_metrics_handler(logger_name)
+    if not any(isinstance(h.formatter, LifecycleFormatter) for h in logger.handlers):
+        handler = logging.StreamHandler(stream or sys.stderr)
+        handler.setFormatter(LifecycleFormatter(as_json=as_json))
+        logger.addHandler(handler)
+    logger.propagate = False
