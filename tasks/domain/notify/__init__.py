@@ -1,0 +1,1 @@
+"""Deliver notifications: Standard Webhooks over httpx, email over SMTP, a shared circuit breaker."""
