@@ -1,1 +1,73 @@
-"""Tenure jobs layer (see ARCHITECTURE.md)."""
+"""Tenure's job layer: durable job records bound to Dramatiq messages (see docs/jobs.md).
+
+from jobs import registry, submit
+@registry.kind("render", safe_to_rerun=True)
+def render(ctx, *, recording_id): ...
+job = submit(engine, owner_id="u1", kind="render", payload={"recording_id": "r1"})
+"""
+
+from .context import JobContext, ResultTransaction
+from .control import CancelOutcome, CancelResult, cancel, retry
+from .db import make_engine
+from .errors import (
+    IdempotencyConflict,
+    JobCancelled,
+    JobError,
+    JobNotFound,
+    JobNotRetryable,
+    JobTimeout,
+    SchemaMismatch,
+    StaleAttempt,
+    UnknownKind,
+)
+from .middleware import JobMiddleware, current_job, install
+from .notify import Notice, hub
+from .outbox import relay_once
+from .queries import get_job, job_events, list_jobs
+from .records import JobEventRecord, JobRecord
+from .recovery import RecoveryReport, recover_expired
+from .registry import Kind, Registry, registry
+from .schema import check_database_at_head
+from .settings import Settings, SettingsError
+from .status import JobStatus
+from .submit import submit
+
+__all__ = [
+    "CancelOutcome",
+    "CancelResult",
+    "IdempotencyConflict",
+    "JobCancelled",
+    "JobContext",
+    "JobError",
+    "JobEventRecord",
+    "JobMiddleware",
+    "JobNotFound",
+    "JobNotRetryable",
+    "JobRecord",
+    "JobStatus",
+    "JobTimeout",
+    "Kind",
+    "Notice",
+    "RecoveryReport",
+    "Registry",
+    "ResultTransaction",
+    "SchemaMismatch",
+    "Settings",
+    "SettingsError",
+    "StaleAttempt",
+    "UnknownKind",
+    "cancel",
+    "check_database_at_head",
+    "current_job",
+    "get_job",
+    "hub",
+    "install",
+    "job_events",
+    "list_jobs",
+    "make_engine",
+    "recover_expired",
+    "registry",
+    "relay_once",
+    "retry",
+    "submit",
+]

@@ -1,0 +1,316 @@
+"""``JobContext``: what a job's function gets to report progress, check for cancel and publish results.
+
+Every write is conditional on this execution still being the job's current attempt (status
+running, same attempt, same worker): a write that matches nothing changed nothing and raises
+:class:`~jobs.errors.StaleAttempt`. ``result_transaction`` lets the function write its own domain
+rows and the job's result in one transaction that takes the write lock before its first read
+(``BEGIN IMMEDIATE`` on SQLite, ``SELECT … FOR UPDATE`` on PostgreSQL) and commits only if
+``complete`` was called.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from sqlalchemy import Connection, Engine
+from sqlalchemy.orm import Session
+
+from . import db, events, store
+from .errors import JobCancelled, JobTimeout, StaleAttempt
+from .notify import Notice
+
+logger = logging.getLogger(__name__)
+
+# Phases of the actor thread, for the timeout: an asynchronous JobTimeout is raised only in USER.
+_IDLE, _USER, _CRITICAL = 0, 1, 2
+
+
+class ResultTransaction:
+    """The open transaction of :meth:`JobContext.result_transaction`.
+
+    Attributes:
+      session: A SQLAlchemy Session for the function's domain rows (same transaction).
+      connection: The Session's Connection, for Core statements.
+    """
+
+    def __init__(self, session: Session, connection: Connection) -> None:
+        self.session = session
+        self.connection = connection
+        self._completed = False
+        self._result: Any = None
+
+    def complete(self, result: Any = None) -> None:
+        """Publish *result* (JSON-serialisable) as the job's result when the block commits.
+
+        Raises:
+          TypeError: The result cannot be stored as JSON.
+        """
+        store.dumps(result)  # fail now, inside the block, rather than at commit
+        self._completed = True
+        self._result = result
+
+
+class JobContext:
+    """The running attempt of one job, given to the kind's function as its first argument.
+
+    Attributes:
+      job_id, owner_id, kind, attempt: Identity of this execution.
+      config: Read-only snapshot of the settings taken when the job was submitted.
+      payload: The job's payload (also passed as keyword arguments).
+      resource: ``(type, id)`` or None.
+    """
+
+    def __init__(
+        self,
+        *,
+        engine: Engine,
+        broker: Any,
+        job: store.JobRow,
+        worker_id: str,
+        lease_ttl_ms: int,
+    ) -> None:
+        import json
+
+        self._engine = engine
+        self._broker = broker
+        self.job_id = job.id
+        self.owner_id = job.owner_id
+        self.kind = job.kind
+        self.attempt = job.attempt
+        self.max_attempts = job.max_attempts
+        self.timeout_s = job.timeout_s
+        self.worker_id = worker_id
+        self.payload: dict[str, Any] = json.loads(job.payload)
+        self.config: Mapping[str, Any] = MappingProxyType(json.loads(job.config))
+        self.resource = (job.resource_type, job.resource_id) if job.resource_type is not None else None
+        self.lease_ttl_ms = lease_ttl_ms
+        self.started_monotonic = time.monotonic()
+        self.deadline = self.started_monotonic + job.timeout_s
+        self.completed = False
+        self.lost = False
+        self.timed_out = False
+        self.outputs: list[Path] = []
+        self._phase = _IDLE
+        self._phase_lock = threading.Lock()
+        self._thread_id: int | None = None
+
+    # -- reporting --------------------------------------------------------------------------------
+    def progress(self, fraction: float | None = None, message: str | None = None) -> None:
+        """Record progress (``0 <= fraction <= 1``) and/or a short status line.
+
+        Raises:
+          StaleAttempt: This attempt is no longer current (nothing was written).
+          ValueError: A fraction outside [0, 1].
+        """
+        if fraction is not None and not 0.0 <= fraction <= 1.0:
+            raise ValueError(f"progress fraction must be within [0, 1], got {fraction}")
+        with db.write(self._engine) as tx:
+            seq = store.job_progress_if_current(
+                tx.conn, self.job_id, self.attempt, self.worker_id, fraction, message, store.now_ms()
+            )
+            if seq is None:
+                raise self._stale("progress")
+            tx.notify(Notice(self.job_id, self.owner_id, "progress", "running", seq))
+
+    def event(self, type: str, **data: Any) -> int:
+        """Append an event to the job's log; returns its sequence number (per job, gap-free).
+
+        Raises:
+          StaleAttempt: This attempt is no longer current (nothing was written).
+          TypeError: *data* is not JSON-serialisable.
+        """
+        store.dumps(data)
+        with db.write(self._engine) as tx:
+            seq = store.job_event_seq_next_if_current(tx.conn, self.job_id, self.attempt, self.worker_id)
+            if seq is None:
+                raise self._stale("event")
+            events.record(
+                tx,
+                job_id=self.job_id,
+                owner_id=self.owner_id,
+                sequence=seq,
+                type_=type,
+                data=data,
+                status="running",
+                now=store.now_ms(),
+            )
+            return seq
+
+    def check_cancelled(self) -> None:
+        """A checkpoint: stop here if a cancel was requested (or this attempt was superseded).
+
+        Raises:
+          JobCancelled: A cancel was requested.
+          StaleAttempt: This attempt is no longer current.
+        """
+        with db.read(self._engine) as conn:
+            current, cancel = store.job_check_current(conn, self.job_id, self.attempt, self.worker_id)
+        if not current:
+            raise self._stale("check_cancelled")
+        if cancel:
+            raise JobCancelled()
+
+    def output_path(self, name: str) -> Path:
+        """A file path for an output of this attempt: ``<output_root>/<job>/<attempt>-<name>``.
+
+        The directory is created. A failed attempt removes the files it declared; a retry writes
+        to new names, so it never overwrites what an earlier attempt produced.
+
+        Raises:
+          ValueError: *name* is empty or contains a path separator.
+        """
+        if not name or "/" in name or "\\" in name or name in (".", ".."):
+            raise ValueError(f"output name must be a plain file name, got {name!r}")
+        directory = Path(self.config.get("output_root", "var/outputs")) / self.job_id
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / f"{self.attempt}-{name}"
+        self.outputs.append(path)
+        return path
+
+    @contextmanager
+    def result_transaction(self) -> Iterator[ResultTransaction]:
+        """Write domain rows and the job's result atomically.
+
+        ``with ctx.result_transaction() as tx: tx.session.add(...); tx.complete(result)``. The write
+        lock is taken before the first read and this attempt is verified under it. The block commits
+        only if ``tx.complete`` was called; leaving it otherwise, or by an exception, rolls back.
+
+        Raises:
+          StaleAttempt: This attempt is no longer current (on entry or at commit).
+          JobCancelled: A cancel request committed first; nothing was written.
+          JobTimeout: The attempt's time ran out before the commit.
+        """
+        session = Session(self._engine, expire_on_commit=False)
+        try:
+            session.begin()
+            conn = session.connection()  # BEGIN IMMEDIATE (SQLite) happens here
+            current, cancel = store.job_check_current(conn, self.job_id, self.attempt, self.worker_id)
+            if not current:
+                raise self._stale("result_transaction")
+            if cancel:
+                raise JobCancelled()
+            rtx = ResultTransaction(session, conn)
+            yield rtx
+            if not rtx._completed:
+                session.rollback()
+                return
+            with self._critical():
+                now = store.now_ms()
+                result_text = store.dumps(rtx._result)
+                session.flush()
+                self._check_declared_outputs(rtx._result)
+                seq = store.job_complete_if_current(conn, self.job_id, self.attempt, self.worker_id, result_text, now)
+                if seq is None:  # cannot happen under the lock taken on entry; kept as the fence of last resort
+                    raise self._stale("result_transaction commit")
+                tx = db.session_tx(session)
+                events.status_event(
+                    tx,
+                    job_id=self.job_id,
+                    owner_id=self.owner_id,
+                    sequence=seq,
+                    status="succeeded",
+                    now=now,
+                    attempt=self.attempt,
+                )
+                session.commit()
+                self.completed = True
+        except BaseException:
+            session.rollback()
+            raise
+        finally:
+            session.close()
+
+    # -- internals ----------------------------------------------------------------------------------
+    def _stale(self, what: str) -> StaleAttempt:
+        self.lost = True
+        logger.warning(
+            "Stale %s from job %s attempt %d on %s: a newer attempt or a final status superseded it; "
+            "nothing was written.",
+            what,
+            self.job_id,
+            self.attempt,
+            self.worker_id,
+        )
+        return StaleAttempt(f"job {self.job_id} attempt {self.attempt} is no longer current ({what} not written)")
+
+    def _check_declared_outputs(self, result: Any) -> None:
+        """A published result may reference only declared outputs that exist."""
+        declared = {str(p) for p in self.outputs}
+        missing: list[str] = []
+
+        def walk(value: Any) -> None:
+            if isinstance(value, str):
+                if value in declared and not Path(value).exists():
+                    missing.append(value)
+            elif isinstance(value, dict):
+                for v in value.values():
+                    walk(v)
+            elif isinstance(value, list | tuple):
+                for v in value:
+                    walk(v)
+
+        walk(result)
+        if missing:
+            raise FileNotFoundError(f"the result references outputs that were not written: {', '.join(missing)}")
+
+    def _remove_outputs(self) -> None:
+        for path in self.outputs:
+            try:
+                path.unlink(missing_ok=True)
+            except OSError:
+                logger.warning("Could not remove output %s of a failed attempt.", path, exc_info=True)
+
+    def _arm(self) -> None:
+        with self._phase_lock:
+            self._thread_id = threading.get_ident()
+            self._phase = _USER
+
+    def _disarm(self) -> None:
+        """Leave user code: from here on no asynchronous JobTimeout can be raised in this thread."""
+        with self._phase_lock:
+            self._phase = _IDLE
+            _clear_async_exception(threading.get_ident())
+
+    @contextmanager
+    def _critical(self) -> Iterator[None]:
+        """A section the timeout must not interrupt (a commit); refuses to start past the deadline."""
+        with self._phase_lock:
+            previous = self._phase
+            if previous == _USER and time.monotonic() >= self.deadline:
+                self.timed_out = True
+                raise JobTimeout()
+            self._phase = _CRITICAL
+            _clear_async_exception(threading.get_ident())
+        try:
+            yield
+        finally:
+            with self._phase_lock:
+                self._phase = previous
+
+    def _interrupt_if_overdue(self, now_monotonic: float) -> bool:
+        """Called by the keeper thread: raise JobTimeout in the actor thread if it is in user code."""
+        with self._phase_lock:
+            if self._phase != _USER or now_monotonic < self.deadline or self._thread_id is None:
+                return False
+            self.timed_out = True
+            _raise_async_exception(self._thread_id, JobTimeout)
+            return True
+
+
+def _raise_async_exception(thread_id: int, exc_type: type[BaseException]) -> None:
+    import ctypes
+
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), ctypes.py_object(exc_type))
+
+
+def _clear_async_exception(thread_id: int) -> None:
+    import ctypes
+
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), None)

@@ -1,0 +1,150 @@
+"""``cancel`` and ``retry``: the same answers from every entry point."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from sqlalchemy import Engine
+
+from . import db, events, store
+from .errors import JobNotFound, JobNotRetryable
+from .records import JobRecord
+from .registry import Registry
+from .settings import Settings
+from .status import RETRYABLE_STATUSES, JobStatus
+from .submit import submit
+
+
+class CancelOutcome(StrEnum):
+    #: It was queued: cancelled at once; its message will be skipped when delivered.
+    CANCELLED = "cancelled"
+    #: It is running: the request is recorded; the job stops at its next checkpoint and can no
+    #: longer succeed (a result commit after this request is refused).
+    REQUESTED = "requested"
+    #: A cancel had already been requested; nothing changed.
+    ALREADY_REQUESTED = "already_requested"
+    #: It had already finished (see ``job.status``); nothing changed.
+    ALREADY_FINISHED = "already_finished"
+
+
+@dataclass(frozen=True)
+class CancelResult:
+    outcome: CancelOutcome
+    job: JobRecord
+
+    @property
+    def message(self) -> str:
+        return {
+            CancelOutcome.CANCELLED: "Job cancelled.",
+            CancelOutcome.REQUESTED: "Cancel requested; the job stops at its next checkpoint.",
+            CancelOutcome.ALREADY_REQUESTED: "Cancel was already requested.",
+            CancelOutcome.ALREADY_FINISHED: f"Job already finished ({self.job.status}).",
+        }[self.outcome]
+
+
+def _visible(job: store.JobRow | None, by: str, is_admin: bool) -> store.JobRow:
+    if job is None or (not is_admin and job.owner_id != by):
+        raise JobNotFound()
+    return job
+
+
+def cancel(engine: Engine, job_id: str, *, by: str, is_admin: bool = False) -> CancelResult:
+    """Cancel a job: at once if queued, at its next checkpoint if running; a clear answer if finished.
+
+    Takes the same write lock as a result commit (``BEGIN IMMEDIATE`` / the job's row lock), so
+    exactly one of them wins and the other sees it.
+
+    Parameters:
+      engine: The job database.
+      job_id: The job.
+      by: The caller's owner id (only the owner, or an admin, may cancel).
+      is_admin: Whether the caller may act on anyone's job.
+
+    Raises:
+      JobNotFound: No such job, or another owner's (indistinguishable on purpose).
+
+    Returns:
+      What happened and the job as it now is.
+    """
+    with db.write(engine) as tx:
+        job = _visible(store.job_get_for_update(tx.conn, job_id), by, is_admin)
+        now = store.now_ms()
+        outcome: CancelOutcome
+        if job.status == JobStatus.QUEUED:
+            seq = store.job_cancel_queued(tx.conn, job_id, now)
+            assert seq is not None  # under the lock nothing moved it
+            events.status_event(
+                tx, job_id=job_id, owner_id=job.owner_id, sequence=seq, status="cancelled", now=now, by=by
+            )
+            outcome = CancelOutcome.CANCELLED
+        elif job.status == JobStatus.RUNNING:
+            seq = store.job_request_cancel(tx.conn, job_id, now)
+            if seq is None:
+                outcome = CancelOutcome.ALREADY_REQUESTED
+            else:
+                events.record(
+                    tx,
+                    job_id=job_id,
+                    owner_id=job.owner_id,
+                    sequence=seq,
+                    type_="cancel_requested",
+                    data={"by": by},
+                    status="running",
+                    now=now,
+                )
+                outcome = CancelOutcome.REQUESTED
+        else:
+            outcome = CancelOutcome.ALREADY_FINISHED
+        after = store.job_get(tx.conn, job_id)
+        assert after is not None
+    return CancelResult(outcome, JobRecord.from_row(after))
+
+
+def retry(
+    engine: Engine,
+    job_id: str,
+    *,
+    by: str,
+    is_admin: bool = False,
+    registry: Registry | None = None,
+    settings: Settings | None = None,
+) -> JobRecord:
+    """Run a finished job again as a NEW job (``retry_of_job_id`` points at the old one).
+
+    Only failed, cancelled and interrupted jobs qualify: their execution has exited (a terminal
+    status is written by the execution itself or after its lease expired, and any late write of
+    the old attempt is fenced). The new job has the same kind, payload, resource and priority, the
+    old job's owner, and a fresh config snapshot.
+
+    Raises:
+      JobNotFound: No such job, or another owner's.
+      JobNotRetryable: The job is queued, running or succeeded.
+      UnknownKind: Its kind is no longer registered.
+
+    Returns:
+      The new job's record.
+    """
+    import json
+
+    with db.read(engine) as conn:
+        job = _visible(store.job_get(conn, job_id), by, is_admin)
+    if JobStatus(job.status) not in RETRYABLE_STATUSES:
+        raise JobNotRetryable(
+            f"job {job_id} is {job.status}; only failed, cancelled or interrupted jobs can be retried"
+        )
+    resource = (job.resource_type, job.resource_id) if job.resource_type is not None else None
+    return submit(
+        engine,
+        owner_id=job.owner_id,
+        kind=job.kind,
+        payload=json.loads(job.payload),
+        resource=resource,  # type: ignore[arg-type]
+        priority=job.priority,
+        max_attempts=job.max_attempts,
+        timeout_s=job.timeout_s,
+        registry=registry,
+        settings=settings,
+        retry_of_job_id=job.id,
+        parent_job_id=job.parent_job_id,
+    )

@@ -1,0 +1,139 @@
+"""SQLAlchemy engines for job records, and the two kinds of transaction the job layer uses.
+
+SQLite: every connection uses WAL, a busy timeout and foreign keys, and pysqlite's own transaction
+handling is switched off (``isolation_level=None``) so that :func:`write` opens its transaction
+with ``BEGIN IMMEDIATE``: the write lock is taken before the first read, so a transaction that
+reads a job and then updates it can never fail half-way with SQLITE_BUSY, and two such
+transactions (cancel vs result commit) are strictly ordered. :func:`read` opens a plain deferred
+``BEGIN`` and never blocks writers.
+
+PostgreSQL (psycopg 3): READ COMMITTED; the store takes row locks with ``SELECT … FOR UPDATE``
+where a decision depends on a row that a concurrent transaction might change.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session
+
+from .notify import NoticeBuffer, SessionNotices
+from .settings import DEFAULT_SQLITE_BUSY_TIMEOUT_MS
+
+#: Execution option that marks a connection's transactions read-only (deferred ``BEGIN`` on SQLite).
+READONLY = "tenure_readonly"
+
+
+def normalize_url(url: str) -> str:
+    """``postgres://``/``postgresql://`` → ``postgresql+psycopg://`` (psycopg 3); others unchanged."""
+    u = make_url(url)
+    if u.drivername in ("postgres", "postgresql"):
+        u = u.set(drivername="postgresql+psycopg")
+    return u.render_as_string(hide_password=False)
+
+
+def sqlite_path(url: str) -> str | None:
+    """The file of a ``sqlite:///…`` URL (None for other databases)."""
+    u = make_url(url)
+    if u.get_backend_name() != "sqlite":
+        return None
+    return u.database or None
+
+
+def make_engine(url: str, *, busy_timeout_ms: int = DEFAULT_SQLITE_BUSY_TIMEOUT_MS, **kwargs: Any) -> Engine:
+    """Create an engine configured for the job layer.
+
+    Parameters:
+      url: ``sqlite:///path.db`` or ``postgresql://…``.
+      busy_timeout_ms: SQLite only: how long to wait for the write lock.
+      kwargs: Passed to :func:`sqlalchemy.create_engine`.
+
+    Raises:
+      ValueError: An in-memory SQLite database (other processes could not see it).
+
+    Returns:
+      The engine. Its pool is process-local: after ``fork`` call ``engine.dispose(close=False)``.
+    """
+    url = normalize_url(url)
+    u = make_url(url)
+    if u.get_backend_name() != "sqlite":
+        return create_engine(url, pool_pre_ping=True, **kwargs)
+    if not u.database or u.database == ":memory:":
+        raise ValueError("Tenure needs a SQLite file shared by its processes, not an in-memory database")
+    os.makedirs(os.path.dirname(os.path.abspath(u.database)), exist_ok=True)
+    connect_args = {"timeout": busy_timeout_ms / 1000, "check_same_thread": False}
+    connect_args.update(kwargs.pop("connect_args", {}))
+    engine = create_engine(url, connect_args=connect_args, **kwargs)
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # pysqlite would otherwise BEGIN (deferred) lazily before DML and never before SELECT.
+        dbapi_connection.isolation_level = None
+        cur = dbapi_connection.cursor()
+        cur.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+        cur.execute("PRAGMA journal_mode = WAL")
+        cur.execute("PRAGMA synchronous = NORMAL")
+        cur.execute("PRAGMA foreign_keys = ON")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get(READONLY) else "BEGIN IMMEDIATE")
+
+    return engine
+
+
+def is_sqlite(bind: Engine | Connection) -> bool:
+    return bind.dialect.name == "sqlite"
+
+
+@contextmanager
+def write(engine: Engine) -> Iterator[Tx]:
+    """A write transaction (``BEGIN IMMEDIATE`` on SQLite), committed when the block exits cleanly.
+
+    Notices raised with :meth:`Tx.notify` are delivered after the commit, dropped on rollback.
+    """
+    with engine.connect() as conn:
+        tx = Tx(conn, NoticeBuffer())
+        with conn.begin():
+            yield tx
+        tx.notices.deliver()
+
+
+@contextmanager
+def read(engine: Engine) -> Iterator[Connection]:
+    """A read-only transaction (deferred ``BEGIN`` on SQLite: it never waits for the writer)."""
+    with engine.connect() as conn:
+        conn = conn.execution_options(**{READONLY: True})
+        with conn.begin():
+            yield conn
+
+
+class Tx:
+    """An open transaction: its connection and the notices to deliver once it commits."""
+
+    __slots__ = ("conn", "notices", "_session")
+
+    def __init__(self, conn: Connection, notices: Any, session: Session | None = None) -> None:
+        self.conn = conn
+        self.notices = notices
+        self._session = session
+
+    def notify(self, notice: Any) -> None:
+        self.notices.add(notice)
+
+    def savepoint(self) -> Any:
+        """A nested transaction (SAVEPOINT) as a context manager: rolled back if the block raises."""
+        if self._session is not None:
+            return self._session.begin_nested()
+        return self.conn.begin_nested()
+
+
+def session_tx(session: Session) -> Tx:
+    """A :class:`Tx` inside a caller's Session: nothing is committed here; notices wait for its commit."""
+    return Tx(session.connection(), SessionNotices(session), session)

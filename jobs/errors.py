@@ -1,0 +1,87 @@
+"""The job layer's errors (a class docstring is its default message) and error-text hygiene."""
+
+from __future__ import annotations
+
+import re
+
+
+class JobError(Exception):
+    """A job-layer error."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (type(self).__doc__ or "").strip())
+
+
+class UnknownKind(JobError, LookupError):
+    """No job kind is registered under this name."""
+
+
+class JobNotFound(JobError, LookupError):
+    """No such job (or it belongs to another owner)."""
+
+
+class IdempotencyConflict(JobError):
+    """This idempotency key was already used for a different request."""
+
+
+class StaleAttempt(JobError):
+    """This execution is no longer the job's current attempt; the write changed nothing."""
+
+
+class JobCancelled(JobError):
+    """The job was cancelled; the execution must stop."""
+
+
+class JobTimeout(JobError):
+    """Job timed out."""
+
+
+class JobNotRetryable(JobError):
+    """Only failed, cancelled or interrupted jobs can be retried."""
+
+
+class SchemaMismatch(JobError):
+    """The database schema is not at the revision this version of Tenure expects."""
+
+
+#: Longest error text stored on a job.
+MAX_ERROR_CHARS = 500
+
+_SECRET_PATTERNS = [
+    (re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}"), r"\1 ***"),
+    # credentials inside URLs: scheme://user:password@host
+    (re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://)([^/\s:@]+):([^/\s@]+)@"), r"\1\2:***@"),
+    # key=value / key: value pairs whose key names a secret
+    (
+        re.compile(
+            r"(?i)\b([\w-]*(?:password|passwd|pwd|secret|token|api[_-]?key|apikey|auth|credential|session)[\w-]*)"
+            r"(\s*[=:]\s*)(\"[^\"]*\"|'[^']*'|[^\s,;&]+)"
+        ),
+        r"\1\2***",
+    ),
+    # long opaque tokens (hex/base64-ish runs) are more likely keys than prose
+    (re.compile(r"\b[A-Za-z0-9_-]{40,}\b"), "***"),
+]
+
+
+def redact(text: str) -> str:
+    """Mask credentials and token-like strings in *text*."""
+    for pattern, replacement in _SECRET_PATTERNS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def public_error(exc: BaseException | str, limit: int = MAX_ERROR_CHARS) -> str:
+    """The text stored for an error: type and message, secret-free, at most *limit* characters.
+
+    Tracebacks are logged, not stored: they carry paths and argument values.
+    """
+    if isinstance(exc, str):
+        text = exc
+    else:
+        message = str(exc)
+        text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    text = redact(" ".join(text.split()))
+    if len(text) > limit:
+        text = text[: limit - 1] + "…"
+    return text

@@ -1,0 +1,40 @@
+"""Appending job events and raising their notices, inside the caller's transaction."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import store
+from .db import Tx
+from .notify import Notice
+
+
+def record(
+    tx: Tx,
+    *,
+    job_id: str,
+    owner_id: str,
+    sequence: int,
+    type_: str,
+    data: dict[str, Any],
+    status: str,
+    now: int,
+    notice_type: str | None = None,
+) -> None:
+    """Insert event *sequence* (already reserved on the job row) and queue its notice for after commit."""
+    store.event_insert(tx.conn, job_id, sequence, type_, store.dumps(data), now)
+    tx.notify(Notice(job_id, owner_id, notice_type or ("status" if type_ == "status" else "event"), status, sequence))
+
+
+def status_event(tx: Tx, *, job_id: str, owner_id: str, sequence: int, status: str, now: int, **data: Any) -> None:
+    """The event every status change writes: ``{"status": …, …}``."""
+    record(
+        tx,
+        job_id=job_id,
+        owner_id=owner_id,
+        sequence=sequence,
+        type_="status",
+        data={"status": status, **data},
+        status=status,
+        now=now,
+    )

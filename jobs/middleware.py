@@ -1,0 +1,482 @@
+"""Binding Dramatiq messages to job records: :class:`JobMiddleware` and the job actors' body.
+
+For a message that carries a job id (see :mod:`jobs.publish`):
+
+1. ``before_process_message`` claims the job in one guarded UPDATE (queued → running,
+   ``attempt + 1``, this worker, a fresh lease). If that matches nothing — cancelled, terminal,
+   running under a live lease, a duplicate delivery — the message is skipped and acked. A message
+   for a kind this worker cannot run ends its job ``failed`` ("no handler for kind X").
+2. The actor (declared by :mod:`jobs.registry`) runs the kind's function with a
+   :class:`~jobs.context.JobContext` and records the outcome itself, so Dramatiq's ``Retries``
+   never sees an exception: return → succeeded; :class:`JobCancelled` → cancelled; other errors →
+   the job's own retry policy (same job, next attempt after a backoff, its message re-enqueued in the
+   same transaction as the status change) or failed; timeout → failed "Job timed out.".
+3. A keeper thread renews the leases of running jobs every third of the TTL, interrupts overdue
+   attempts, and recovers expired jobs periodically (:mod:`jobs.recovery`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from dramatiq.broker import Broker
+from dramatiq.middleware import Middleware, SkipMessage
+from sqlalchemy import Engine
+from sqlalchemy.exc import OperationalError
+
+from . import db, events, store
+from .context import JobContext
+from .errors import JobCancelled, JobTimeout, StaleAttempt, public_error
+from .publish import JOB_ID_OPTION, prepare_broker, publish_in_transaction
+from .recovery import RecoveryReport, recover_expired, recover_in
+from .registry import Kind, Registry
+from .registry import registry as default_registry
+from .schema import check_database_at_head
+from .settings import Settings, current_settings
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: How many times an outcome write is retried while the database is unavailable.
+WRITE_RETRIES = 20
+#: Longest pause between those retries, in seconds.
+WRITE_RETRY_MAX_S = 2.0
+TIMED_OUT = "Job timed out."
+
+_local = threading.local()
+
+
+def current_job() -> JobContext | None:
+    """The JobContext of the job running in this thread, if any."""
+    return getattr(_local, "ctx", None)
+
+
+def _retrying(what: str, fn: Callable[[], T]) -> T:
+    """Run a write, retrying while the database is unavailable (locked, restarting)."""
+    delay = 0.05
+    for attempt in range(WRITE_RETRIES):
+        try:
+            return fn()
+        except OperationalError as e:
+            if attempt == WRITE_RETRIES - 1:
+                raise
+            logger.warning("%s failed (%s); retrying in %.2fs.", what, e.orig, delay)
+            time.sleep(delay)
+            delay = min(WRITE_RETRY_MAX_S, delay * 2)
+    raise AssertionError("unreachable")
+
+
+class JobMiddleware(Middleware):
+    """Claims, heartbeats and recovery for job messages.
+
+    Parameters:
+      settings: Lease TTL, recovery interval, database URL (default: this process's settings).
+      engine: The job database (default: one made from ``settings.database_url`` in each process).
+      registry: The kinds this worker can run (default: :data:`jobs.registry.registry`).
+      check_schema: Refuse to boot a worker against a database not at the head revision.
+    """
+
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        engine: Engine | None = None,
+        registry: Registry | None = None,
+        check_schema: bool = True,
+    ) -> None:
+        self.settings = settings or current_settings()
+        self.registry = registry or default_registry
+        self.check_schema = check_schema
+        self.lease_ttl_ms = int(self.settings.job_lease_ttl_s * 1000)
+        self._given_engine = engine
+        self._engine: Engine | None = None
+        self._pid = -1
+        self._worker_id = ""
+        self._lock = threading.Lock()
+        self._running: dict[int, JobContext] = {}
+        self._keeper: _Keeper | None = None
+        self._broker: Broker | None = None
+
+    # -- per-process state --------------------------------------------------------------------------
+    def _ensure_process(self) -> None:
+        if self._pid == os.getpid():
+            return
+        with self._lock:
+            if self._pid == os.getpid():
+                return
+            if self._given_engine is not None:
+                self._engine = self._given_engine
+            else:
+                self._engine = db.make_engine(
+                    self.settings.database_url, busy_timeout_ms=self.settings.sqlite_busy_timeout_ms
+                )
+            self._worker_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+            self._running = {}
+            self._keeper = None
+            self._pid = os.getpid()
+
+    @property
+    def engine(self) -> Engine:
+        self._ensure_process()
+        assert self._engine is not None
+        return self._engine
+
+    @property
+    def worker_id(self) -> str:
+        self._ensure_process()
+        return self._worker_id
+
+    def running(self) -> list[JobContext]:
+        with self._lock:
+            return list(self._running.values())
+
+    def _start_keeper(self, broker: Broker) -> None:
+        self._ensure_process()
+        with self._lock:
+            self._broker = broker
+            if self._keeper is None:
+                self._keeper = _Keeper(self, broker)
+
+    # -- worker lifecycle -------------------------------------------------------------------------
+    def before_worker_boot(self, broker: Broker, worker: Any) -> None:
+        if self.check_schema:
+            try:
+                check_database_at_head(self.engine)
+            except Exception as e:
+                logger.critical("%s", e)
+                # SystemExit passes through Dramatiq's emit_before (it only logs Exceptions) and
+                # stops the process before any consumer touches the database.
+                raise SystemExit(f"tenure worker refused to start: {e}") from e
+
+    def after_worker_boot(self, broker: Broker, worker: Any) -> None:
+        self._start_keeper(broker)
+        try:
+            recover_expired(self.engine, broker=broker)
+        except Exception:
+            logger.exception("Recovery at worker start failed; the keeper retries it.")
+
+    def before_worker_shutdown(self, broker: Broker, worker: Any) -> None:
+        keeper, self._keeper = self._keeper, None
+        if keeper is not None:
+            keeper.stop()
+
+    # -- messages --------------------------------------------------------------------------------
+    def before_process_message(self, broker: Broker, message: Any) -> None:
+        job_id = message.options.get(JOB_ID_OPTION)
+        if job_id is None:
+            return
+        self._start_keeper(broker)
+        kind = self.registry.find(message.actor_name)
+        if kind is None or message.actor_name not in broker.actors:
+            self._fail_unknown(job_id, message.actor_name)
+            raise SkipMessage(f"no handler for kind {message.actor_name}")
+        try:
+            ctx = _retrying(f"Claim of job {job_id}", lambda: self._claim(broker, job_id))
+        except OperationalError:
+            logger.exception("Could not claim job %s; its message is dead-lettered for replay.", job_id)
+            message.fail()
+            return
+        if ctx is None:
+            raise SkipMessage(f"job {job_id} is not claimable (duplicate, cancelled, finished or running elsewhere)")
+        ctx._kind = kind  # type: ignore[attr-defined]
+        _local.ctx = ctx
+        with self._lock:
+            self._running[threading.get_ident()] = ctx
+
+    def after_process_message(self, broker: Broker, message: Any, *, result: Any = None, exception: Any = None) -> None:
+        self._release()
+
+    def after_skip_message(self, broker: Broker, message: Any) -> None:
+        self._release()
+
+    def _release(self) -> None:
+        ctx = getattr(_local, "ctx", None)
+        if ctx is None:
+            return
+        _local.ctx = None
+        with self._lock:
+            self._running.pop(threading.get_ident(), None)
+
+    def _claim(self, broker: Broker, job_id: str) -> JobContext | None:
+        prepare_broker(broker)
+        with db.write(self.engine) as tx:
+            now = store.now_ms()
+            job = store.job_claim(tx.conn, job_id, self.worker_id, now, self.lease_ttl_ms)
+            if job is None:
+                # Maybe it is running under an expired lease but not claimable (unsafe kind, cancel
+                # requested, last attempt): settle it now rather than at the next recovery.
+                recover_in(tx, broker, now, limit=1, job_id=job_id)
+                return None
+            events.status_event(
+                tx,
+                job_id=job.id,
+                owner_id=job.owner_id,
+                sequence=job.event_seq,
+                status="running",
+                now=now,
+                attempt=job.attempt,
+            )
+        return JobContext(
+            engine=self.engine, broker=broker, job=job, worker_id=self.worker_id, lease_ttl_ms=self.lease_ttl_ms
+        )
+
+    def _fail_unknown(self, job_id: str, kind: str) -> None:
+        error = f"no handler for kind {kind}"
+
+        def write() -> None:
+            with db.write(self.engine) as tx:
+                now = store.now_ms()
+                job = store.job_get(tx.conn, job_id)
+                seq = store.job_fail_queued(tx.conn, job_id, error, now)
+                if seq is not None and job is not None:
+                    events.status_event(
+                        tx, job_id=job_id, owner_id=job.owner_id, sequence=seq, status="failed", now=now, error=error
+                    )
+
+        logger.error("Job %s: %s on this worker; the job is failed.", job_id, error)
+        _retrying(f"Failing job {job_id}", write)
+
+    # -- outcomes (called in the actor thread) ---------------------------------------------------
+    def finish(self, ctx: JobContext, kind: Kind, outcome: str, value: Any = None) -> None:
+        """Record the outcome of an attempt: ``ok`` (value), ``cancelled``, ``timeout`` or ``error`` (exc)."""
+        if ctx.lost and outcome != "ok":
+            return
+        try:
+            _retrying(f"Recording the outcome of job {ctx.job_id}", lambda: self._finish(ctx, kind, outcome, value))
+        except StaleAttempt:
+            pass
+        except Exception:
+            logger.exception(
+                "Could not record the outcome of job %s attempt %d; recovery will handle it when its lease expires.",
+                ctx.job_id,
+                ctx.attempt,
+            )
+        if outcome != "ok":
+            ctx._remove_outputs()
+
+    def _finish(self, ctx: JobContext, kind: Kind, outcome: str, value: Any) -> None:
+        broker = self._broker
+        if outcome == "error" and broker is not None:
+            prepare_broker(broker)
+        with db.write(self.engine) as tx:
+            conn = tx.conn
+            now = store.now_ms()
+            if outcome == "ok":
+                seq = store.job_complete_if_current(conn, ctx.job_id, ctx.attempt, ctx.worker_id, value, now)
+                if seq is not None:
+                    events.status_event(
+                        tx,
+                        job_id=ctx.job_id,
+                        owner_id=ctx.owner_id,
+                        sequence=seq,
+                        status="succeeded",
+                        now=now,
+                        attempt=ctx.attempt,
+                    )
+                    ctx.completed = True
+                    return
+                # Not completed: either superseded (stale) or a cancel request committed first.
+                outcome = "cancelled"
+            current, cancel = store.job_check_current(conn, ctx.job_id, ctx.attempt, ctx.worker_id)
+            if not current:
+                raise ctx._stale(f"outcome {outcome}")
+            if outcome == "cancelled" or cancel:
+                status, error = "cancelled", None
+            elif outcome == "timeout":
+                status, error = "failed", TIMED_OUT
+            else:
+                exc: BaseException = value
+                error = public_error(exc)
+                retry = not isinstance(exc, kind.never_retry) and ctx.attempt < ctx.max_attempts
+                if retry and broker is not None:
+                    delay_s = max(0.0, float(kind.backoff(ctx.attempt)))
+                    job = store.job_get(conn, ctx.job_id)
+                    assert job is not None
+                    seq = store.job_requeue_for_retry(
+                        conn, ctx.job_id, ctx.attempt, ctx.worker_id, error, now + int(delay_s * 1000), now
+                    )
+                    if seq is not None:
+                        events.status_event(
+                            tx,
+                            job_id=ctx.job_id,
+                            owner_id=ctx.owner_id,
+                            sequence=seq,
+                            status="queued",
+                            now=now,
+                            attempt=ctx.attempt,
+                            error=error,
+                            retry_in_s=round(delay_s, 3),
+                        )
+                        publish_in_transaction(
+                            conn,
+                            broker,
+                            job_id=ctx.job_id,
+                            actor_name=job.actor_name,
+                            queue_name=job.queue_name,
+                            priority=job.priority,
+                            delay_ms=int(delay_s * 1000),
+                            now=now,
+                        )
+                        return
+                status = "failed"
+            seq = store.job_finish_if_current(conn, ctx.job_id, ctx.attempt, ctx.worker_id, status, error, now)
+            if seq is None:
+                raise ctx._stale(f"outcome {status}")
+            data: dict[str, Any] = {"attempt": ctx.attempt}
+            if error:
+                data["error"] = error
+            events.status_event(
+                tx, job_id=ctx.job_id, owner_id=ctx.owner_id, sequence=seq, status=status, now=now, **data
+            )
+
+    # -- keeper work -------------------------------------------------------------------------------
+    def renew_leases(self) -> None:
+        contexts = self.running()
+        if not contexts:
+            return
+        lost: list[JobContext] = []
+        with db.write(self.engine) as tx:
+            expires = store.now_ms() + self.lease_ttl_ms
+            for ctx in contexts:
+                if ctx.lost or ctx.completed:
+                    continue
+                if not store.job_lease_renew_if_current(tx.conn, ctx.job_id, ctx.attempt, ctx.worker_id, expires):
+                    lost.append(ctx)
+        for ctx in lost:
+            ctx.lost = True
+            logger.warning(
+                "Job %s attempt %d lost its lease (taken over or finished elsewhere); its writes are fenced.",
+                ctx.job_id,
+                ctx.attempt,
+            )
+
+    def enforce_timeouts(self) -> None:
+        now = time.monotonic()
+        grace_s = self.settings.job_lease_ttl_s
+        for ctx in self.running():
+            if ctx.completed or ctx.lost or now < ctx.deadline:
+                continue
+            if ctx._interrupt_if_overdue(now):
+                logger.warning("Job %s attempt %d timed out; interrupting it.", ctx.job_id, ctx.attempt)
+            elif now >= ctx.deadline + grace_s:
+                # The thread did not respond (stuck in C code): fail the attempt in the database; the
+                # guard fences whatever the thread writes later.
+                self._fail_overdue(ctx)
+
+    def _fail_overdue(self, ctx: JobContext) -> None:
+        with db.write(self.engine) as tx:
+            now = store.now_ms()
+            seq = store.job_fail_if_current(tx.conn, ctx.job_id, ctx.attempt, ctx.worker_id, TIMED_OUT, now)
+            if seq is not None:
+                events.status_event(
+                    tx,
+                    job_id=ctx.job_id,
+                    owner_id=ctx.owner_id,
+                    sequence=seq,
+                    status="failed",
+                    now=now,
+                    attempt=ctx.attempt,
+                    error=TIMED_OUT,
+                )
+        ctx.lost = True
+        logger.error("Job %s attempt %d did not stop after its timeout; marked failed.", ctx.job_id, ctx.attempt)
+
+    def recover(self) -> RecoveryReport:
+        assert self._broker is not None
+        return recover_expired(self.engine, broker=self._broker)
+
+
+class _Keeper:
+    """One thread per worker process: lease renewal, timeouts and periodic recovery."""
+
+    def __init__(self, middleware: JobMiddleware, broker: Broker) -> None:
+        self._mw = middleware
+        self._broker = broker
+        self.interval_s = max(0.05, middleware.settings.job_lease_ttl_s / 3)
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="tenure-job-keeper", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        recovery_every = self._mw.settings.recovery_interval_s
+        next_recovery = time.monotonic() + recovery_every
+        tick = min(self.interval_s, 0.5)
+        next_beat = 0.0
+        while not self._stopped.wait(tick):
+            now = time.monotonic()
+            try:
+                if now >= next_beat:
+                    next_beat = now + self.interval_s
+                    self._mw.renew_leases()
+                self._mw.enforce_timeouts()
+                if now >= next_recovery:
+                    next_recovery = now + recovery_every
+                    self._mw.recover()
+            except Exception:
+                logger.exception("Job keeper iteration failed; retrying.")
+
+
+def run_current_job() -> None:
+    """The body of every job actor: run the kind's function for the claimed job and record its outcome."""
+    ctx = current_job()
+    if ctx is None:
+        raise RuntimeError("a job actor ran without JobMiddleware on its broker (add jobs.JobMiddleware)")
+    mw = _middleware_of(ctx)
+    kind: Kind = ctx._kind  # type: ignore[attr-defined]
+    outcome, value = "ok", None
+    try:
+        try:
+            ctx._arm()
+            value = kind.fn(ctx, **ctx.payload)
+        finally:
+            ctx._disarm()
+    except JobCancelled:
+        outcome = "cancelled"
+    except JobTimeout:
+        outcome = "timeout"
+    except StaleAttempt:
+        return
+    except BaseException as e:  # every failure of user code is an outcome, even interrupts
+        logger.warning("Job %s attempt %d raised %s.", ctx.job_id, ctx.attempt, type(e).__name__, exc_info=True)
+        outcome, value = "error", e
+    if ctx.timed_out and outcome != "ok":
+        outcome = "timeout"
+    if outcome == "ok":
+        if ctx.completed:
+            return
+        try:
+            value = store.dumps(value)
+        except (TypeError, ValueError) as e:
+            outcome, value = "error", TypeError(f"the job's result is not JSON-serialisable: {e}")
+    mw.finish(ctx, kind, outcome, value)
+
+
+def _middleware_of(ctx: JobContext) -> JobMiddleware:
+    for m in ctx._broker.middleware:
+        if isinstance(m, JobMiddleware):
+            return m
+    raise RuntimeError("JobMiddleware is not installed on the broker")
+
+
+def install(broker: Broker, settings: Settings | None = None, **kwargs: Any) -> JobMiddleware:
+    """Add a :class:`JobMiddleware` to *broker*, first in line so it claims before anything else runs.
+
+    Returns:
+      The middleware.
+    """
+    mw = JobMiddleware(settings, **kwargs)
+    first = type(broker.middleware[0]) if broker.middleware else None
+    broker.add_middleware(mw, before=first) if first is not None else broker.add_middleware(mw)
+    return mw

@@ -1,0 +1,176 @@
+"""SQLAlchemy models of the job tables (Alembic's ``migrations/`` creates them; tests compare both).
+
+Timestamps are integer milliseconds since the epoch (UTC) in every table, as in the broker's, so
+SQLite and PostgreSQL compare them the same way. JSON documents are stored as text written by
+:func:`jobs.store.dumps` (canonical: sorted keys), which keeps request digests stable.
+
+The CHECKs are the status machine of :mod:`jobs.status`:
+
+- ``status`` is one of the six statuses;
+- a terminal job (succeeded, failed, cancelled, interrupted) has ``completed_at``; no other has;
+- a running job has ``worker_id`` and ``lease_expires_at``; no other job has either;
+- a queued job has no cancel request (cancelling a queued job cancels it at once);
+- ``0 <= attempt <= max_attempts``.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Text,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+STATUSES_SQL = "'queued', 'running', 'succeeded', 'failed', 'cancelled', 'interrupted'"
+TERMINAL_SQL = "'succeeded', 'failed', 'cancelled', 'interrupted'"
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class Job(Base):
+    """One unit of work a user submitted, across all its attempts."""
+
+    __tablename__ = "jobs"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    owner_id: Mapped[str] = mapped_column(String(200))
+    kind: Mapped[str] = mapped_column(String(200))
+    actor_name: Mapped[str] = mapped_column(String(200))
+    queue_name: Mapped[str] = mapped_column(String(200))
+    resource_type: Mapped[str | None] = mapped_column(String(100))
+    resource_id: Mapped[str | None] = mapped_column(String(200))
+    idempotency_key: Mapped[str | None] = mapped_column(String(200))
+    request_digest: Mapped[str] = mapped_column(String(64))
+    payload: Mapped[str] = mapped_column(Text)
+    config: Mapped[str] = mapped_column(Text)
+    priority: Mapped[int] = mapped_column(Integer)
+    status: Mapped[str] = mapped_column(String(16))
+    attempt: Mapped[int] = mapped_column(Integer)
+    max_attempts: Mapped[int] = mapped_column(Integer)
+    timeout_s: Mapped[int] = mapped_column(Integer)
+    safe_to_rerun: Mapped[bool] = mapped_column(Boolean)
+    worker_id: Mapped[str | None] = mapped_column(String(200))
+    lease_expires_at: Mapped[int | None] = mapped_column(BigInteger)
+    run_after: Mapped[int] = mapped_column(BigInteger)
+    progress: Mapped[float | None] = mapped_column(Float)
+    progress_message: Mapped[str | None] = mapped_column(Text)
+    result: Mapped[str | None] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(Text)
+    cancel_requested_at: Mapped[int | None] = mapped_column(BigInteger)
+    event_seq: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[int] = mapped_column(BigInteger)
+    updated_at: Mapped[int] = mapped_column(BigInteger)
+    started_at: Mapped[int | None] = mapped_column(BigInteger)
+    completed_at: Mapped[int | None] = mapped_column(BigInteger)
+    retry_of_job_id: Mapped[str | None] = mapped_column(String(32), ForeignKey("jobs.id"))
+    parent_job_id: Mapped[str | None] = mapped_column(String(32), ForeignKey("jobs.id"))
+
+    __table_args__ = (
+        CheckConstraint(f"status IN ({STATUSES_SQL})", name="status_known"),
+        CheckConstraint(
+            f"(status IN ({TERMINAL_SQL}) AND completed_at IS NOT NULL) "
+            f"OR (status NOT IN ({TERMINAL_SQL}) AND completed_at IS NULL)",
+            name="terminal_has_completed_at",
+        ),
+        CheckConstraint(
+            "(status = 'running' AND worker_id IS NOT NULL AND lease_expires_at IS NOT NULL) "
+            "OR (status <> 'running' AND worker_id IS NULL AND lease_expires_at IS NULL)",
+            name="running_has_lease",
+        ),
+        CheckConstraint("status <> 'queued' OR cancel_requested_at IS NULL", name="queued_not_cancel_requested"),
+        CheckConstraint("attempt >= 0 AND attempt <= max_attempts AND max_attempts >= 1", name="attempt_range"),
+        CheckConstraint("timeout_s > 0", name="timeout_positive"),
+        CheckConstraint("event_seq >= 0", name="event_seq_positive"),
+        Index("ix_jobs_owner_created", "owner_id", "created_at"),
+        Index("ix_jobs_status_lease", "status", "lease_expires_at"),
+        Index("ix_jobs_resource", "resource_type", "resource_id"),
+        Index("ix_jobs_parent", "parent_job_id"),
+        Index("ix_jobs_retry_of", "retry_of_job_id"),
+    )
+
+
+class JobEvent(Base):
+    """What happened to a job, in order: ``sequence`` is per job, unique and gap-free."""
+
+    __tablename__ = "job_events"
+
+    job_id: Mapped[str] = mapped_column(String(32), ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    sequence: Mapped[int] = mapped_column(Integer, primary_key=True)
+    type: Mapped[str] = mapped_column(String(64))
+    data: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[int] = mapped_column(BigInteger)
+
+    __table_args__ = (CheckConstraint("sequence >= 1", name="sequence_positive"),)
+
+
+class Idempotency(Base):
+    """An idempotency key, scoped by owner and kind, and the request it was first used for."""
+
+    __tablename__ = "idempotency"
+
+    owner_id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(200), primary_key=True)
+    key: Mapped[str] = mapped_column(String(200), primary_key=True)
+    request_digest: Mapped[str] = mapped_column(String(64))
+    job_id: Mapped[str] = mapped_column(String(32), ForeignKey("jobs.id", ondelete="CASCADE"))
+    created_at: Mapped[int] = mapped_column(BigInteger)
+
+    __table_args__ = (Index("ix_idempotency_job", "job_id"),)
+
+
+class Outbox(Base):
+    """Messages written in a job's transaction, published by the relay after commit (non-SQLite brokers)."""
+
+    __tablename__ = "outbox"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    message_id: Mapped[str] = mapped_column(String(64), unique=True)
+    job_id: Mapped[str | None] = mapped_column(String(32), ForeignKey("jobs.id", ondelete="SET NULL"))
+    queue_name: Mapped[str] = mapped_column(String(200))
+    actor_name: Mapped[str] = mapped_column(String(200))
+    body: Mapped[bytes] = mapped_column(LargeBinary)
+    eta: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[int] = mapped_column(BigInteger)
+    published_at: Mapped[int | None] = mapped_column(BigInteger)
+    attempts: Mapped[int] = mapped_column(Integer)
+    last_error: Mapped[str | None] = mapped_column(Text)
+
+    __table_args__ = (Index("ix_outbox_pending", "published_at", "id"),)
+
+
+class JobDependency(Base):
+    """Workflow edges: ``job_id`` may start only after ``depends_on_job_id`` succeeded."""
+
+    __tablename__ = "job_dependencies"
+
+    job_id: Mapped[str] = mapped_column(String(32), ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    depends_on_job_id: Mapped[str] = mapped_column(
+        String(32), ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True
+    )
+
+    __table_args__ = (
+        CheckConstraint("job_id <> depends_on_job_id", name="no_self_dependency"),
+        Index("ix_job_dependencies_depends_on", "depends_on_job_id"),
+    )
+
+
+metadata = Base.metadata

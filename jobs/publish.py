@@ -1,0 +1,111 @@
+"""Getting a job's message to the broker in the same transaction as the job's status change.
+
+When the broker is :class:`broker.SQLiteBroker` on the same file as the job records, the message
+row is inserted inside the job transaction (``broker.enqueue(…, connection=conn)``): the job and its
+message commit or roll back together. With any other broker the transaction writes an ``outbox``
+row instead and :mod:`jobs.outbox` publishes it after commit (at least once; the message id is fixed
+when the row is written, so a re-publish is a duplicate delivery the guarded claim ignores).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from typing import Any
+
+from dramatiq.broker import Broker
+from dramatiq.message import Message
+from sqlalchemy import Connection
+
+from broker import SQLiteBroker
+
+from . import store
+from .registry import ACTOR_TIME_LIMIT_MS
+
+#: Message option carrying the job id (how the middleware recognises a job message).
+JOB_ID_OPTION = "tenure_job_id"
+
+
+def job_message(
+    job_id: str, actor_name: str, queue_name: str, *, priority: int = 0, message_id: str | None = None
+) -> Message:
+    """The Dramatiq message that runs *job_id* (no arguments: the job row holds the payload).
+
+    ``broker_priority`` orders the SQLite broker's claims (higher first); other brokers ignore it.
+    """
+    options: dict[str, Any] = {JOB_ID_OPTION: job_id, "max_retries": 0, "time_limit": ACTOR_TIME_LIMIT_MS}
+    if priority:
+        options["broker_priority"] = priority
+    return Message(
+        queue_name=queue_name,
+        actor_name=actor_name,
+        args=(),
+        kwargs={},
+        options=options,
+        message_id=message_id or str(uuid.uuid4()),
+    )
+
+
+def same_sqlite_file(conn: Connection, broker: Broker) -> bool:
+    """Whether *broker* stores its messages in the SQLite file *conn* is connected to."""
+    if not isinstance(broker, SQLiteBroker) or conn.dialect.name != "sqlite":
+        return False
+    database = conn.engine.url.database
+    if not database:
+        return False
+    return os.path.realpath(database) == os.path.realpath(broker.target.path)
+
+
+def publish_in_transaction(
+    conn: Connection,
+    broker: Broker,
+    *,
+    job_id: str,
+    actor_name: str,
+    queue_name: str,
+    priority: int,
+    delay_ms: int,
+    now: int,
+) -> str:
+    """Write the job's next message inside the open transaction of *conn*; returns its message id.
+
+    Raises:
+      dramatiq.errors.QueueNotFound: The SQLite broker has not declared the queue (call
+        :func:`prepare_broker` before opening the transaction).
+    """
+    message = job_message(job_id, actor_name, queue_name, priority=priority)
+    if same_sqlite_file(conn, broker):
+        broker.enqueue(message, delay=delay_ms if delay_ms > 0 else None, connection=conn)
+    else:
+        store.outbox_insert(
+            conn,
+            message_id=message.message_id,
+            job_id=job_id,
+            queue_name=queue_name,
+            actor_name=actor_name,
+            body=message.encode(),
+            eta=now + max(0, delay_ms),
+            now=now,
+        )
+    return message.message_id
+
+
+def resolve_broker(broker: Any | None) -> Broker:
+    import dramatiq
+
+    return broker if broker is not None else dramatiq.get_broker()
+
+
+def prepare_broker(broker: Broker, queue_name: str | None = None) -> None:
+    """Get *broker* ready for a transactional enqueue BEFORE the caller's transaction opens.
+
+    The SQLite broker checks its schema on first use in a process with its own write transaction;
+    inside ours (which holds SQLite's write lock) that would wait for ourselves until the busy
+    timeout. So the check is forced here, outside any transaction.
+    """
+    if isinstance(broker, SQLiteBroker):
+        if queue_name is not None:
+            broker.declare_queue(queue_name)
+        ready = getattr(broker, "_ready", None)
+        if ready is not None:
+            ready()

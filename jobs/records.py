@@ -1,0 +1,91 @@
+"""Public, frozen views of jobs and events (no payload, lease or worker internals)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from .status import JobStatus
+from .store import EventRow, JobRow
+
+
+def _dt(ms: int | None) -> datetime | None:
+    return None if ms is None else datetime.fromtimestamp(ms / 1000, tz=UTC)
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """What an owner (or an admin) may see of a job.
+
+    ``created`` is True only on the record returned by the ``submit`` call that created the job (an
+    idempotent repeat returns the existing job with ``created=False``: HTTP 201 vs 200).
+    """
+
+    id: str
+    owner_id: str
+    kind: str
+    status: JobStatus
+    resource_type: str | None
+    resource_id: str | None
+    priority: int
+    attempt: int
+    max_attempts: int
+    progress: float | None
+    progress_message: str | None
+    result: Any
+    error: str | None
+    cancel_requested: bool
+    last_event_sequence: int
+    created_at: datetime
+    updated_at: datetime
+    started_at: datetime | None
+    completed_at: datetime | None
+    retry_of_job_id: str | None
+    parent_job_id: str | None
+    created: bool = False
+
+    @property
+    def terminal(self) -> bool:
+        return self.status.terminal
+
+    @classmethod
+    def from_row(cls, row: JobRow, *, created: bool = False) -> JobRecord:
+        return cls(
+            id=row.id,
+            owner_id=row.owner_id,
+            kind=row.kind,
+            status=JobStatus(row.status),
+            resource_type=row.resource_type,
+            resource_id=row.resource_id,
+            priority=row.priority,
+            attempt=row.attempt,
+            max_attempts=row.max_attempts,
+            progress=row.progress,
+            progress_message=row.progress_message,
+            result=None if row.result is None else json.loads(row.result),
+            error=row.error,
+            cancel_requested=row.cancel_requested_at is not None,
+            last_event_sequence=row.event_seq,
+            created_at=_dt(row.created_at),  # type: ignore[arg-type]
+            updated_at=_dt(row.updated_at),  # type: ignore[arg-type]
+            started_at=_dt(row.started_at),
+            completed_at=_dt(row.completed_at),
+            retry_of_job_id=row.retry_of_job_id,
+            parent_job_id=row.parent_job_id,
+            created=created,
+        )
+
+
+@dataclass(frozen=True)
+class JobEventRecord:
+    job_id: str
+    sequence: int
+    type: str
+    data: dict[str, Any]
+    created_at: datetime
+
+    @classmethod
+    def from_row(cls, row: EventRow) -> JobEventRecord:
+        return cls(row.job_id, row.sequence, row.type, json.loads(row.data), _dt(row.created_at))  # type: ignore[arg-type]

@@ -1,0 +1,41 @@
+"""The job status machine (also drawn in docs/jobs.md and enforced by CHECKs in jobs/models.py).
+
+queued ──claim──► running ──► succeeded | failed | cancelled
+   ▲                 │  └──► interrupted   (lease expired on an unsafe kind)
+   └──retry/recover──┘
+queued ──cancel──► cancelled
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class JobStatus(StrEnum):
+    #: Waiting for a worker. Left by a worker's claim (→ running) or by ``cancel`` (→ cancelled);
+    #: a message for a kind no worker knows ends it ``failed``.
+    QUEUED = "queued"
+    #: Owned by one worker (``worker_id``, ``attempt``) while its lease is renewed. Left by that
+    #: worker (→ succeeded / failed / cancelled / queued for a retry) or, once the lease expired, by
+    #: recovery (→ queued if the kind is safe to rerun, cancelled if cancel was requested, else
+    #: interrupted) or a new claim of a safe kind (→ running, next attempt).
+    RUNNING = "running"
+    #: Terminal. Nobody moves a job out of it; in particular it never becomes cancelled.
+    SUCCEEDED = "succeeded"
+    #: Terminal (errors exhausted the attempts, never-retry error, timeout, unknown kind).
+    #: A person may ``retry`` it, which creates a NEW job.
+    FAILED = "failed"
+    #: Terminal (cancelled while queued, or the execution honoured a cancel request).
+    CANCELLED = "cancelled"
+    #: Terminal: the worker was lost while running a kind with external effects. Parked for a
+    #: person to review; only a manual ``retry`` (a NEW job) runs it again.
+    INTERRUPTED = "interrupted"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL_STATUSES
+
+
+TERMINAL_STATUSES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.INTERRUPTED})
+#: Statuses a manual retry may start from.
+RETRYABLE_STATUSES = frozenset({JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.INTERRUPTED})

@@ -1,0 +1,524 @@
+"""All SQL of the job layer, one method per query.
+
+Tables (see ``jobs/models.py`` and ``migrations/``):
+
+- ``jobs`` — one row per job: identity (owner, kind, resource, idempotency key, request digest),
+  the payload and config snapshot, ``status``/``attempt``/``worker_id``/``lease_expires_at``,
+  progress, result or error, ``cancel_requested_at``, and ``event_seq`` (the last event sequence).
+- ``job_events`` — ``(job_id, sequence)`` rows; ``sequence`` comes from ``jobs.event_seq``, which is
+  incremented in the same statement/transaction that writes the event, so sequences are unique and
+  gap-free (a rolled-back transaction rolls the counter back too).
+- ``idempotency`` — ``(owner_id, kind, key) → (request_digest, job_id)``.
+- ``outbox`` — broker messages to publish after commit when the broker is not SQLite on the same file.
+- ``job_dependencies`` — workflow edges (reserved for workflows).
+
+Invariants the queries keep (CHECKs enforce the static ones, see ``jobs/models.py``):
+
+- every write made by an execution is guarded by ``status = 'running' AND attempt = :attempt AND
+  worker_id = :worker`` (:data:`CURRENT`); a write that matches nothing returns ``None``/``False``
+  and the caller raises :class:`jobs.errors.StaleAttempt`;
+- a terminal row is never updated again (every transition names the status it starts from);
+- a job with a cancel request can no longer succeed or be requeued (the guards say so), so
+  whichever of cancel and result publication commits first wins;
+- claims increment ``attempt``; nothing else does.
+
+Callers pass the connection, so several queries share one transaction. Timestamps are integer
+milliseconds.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, bindparam, text
+
+#: The execution guard shared by every write an attempt makes.
+CURRENT = "id = :id AND status = 'running' AND attempt = :attempt AND worker_id = :worker"
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def dumps(value: Any) -> str:
+    """Canonical JSON (sorted keys, no spaces): equal documents give equal text and digests."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _for_update(conn: Connection, *, skip_locked: bool = False) -> str:
+    # SQLite has no row locks: its callers already hold the database write lock (BEGIN IMMEDIATE).
+    if conn.dialect.name == "postgresql":
+        return " FOR UPDATE SKIP LOCKED" if skip_locked else " FOR UPDATE"
+    return ""
+
+
+JOB_COLUMNS = (
+    "id, owner_id, kind, actor_name, queue_name, resource_type, resource_id, idempotency_key, request_digest, "
+    "payload, config, priority, status, attempt, max_attempts, timeout_s, safe_to_rerun, worker_id, "
+    "lease_expires_at, run_after, progress, progress_message, result, error, cancel_requested_at, event_seq, "
+    "created_at, updated_at, started_at, completed_at, retry_of_job_id, parent_job_id"
+)
+
+
+@dataclass(frozen=True)
+class JobRow:
+    """A full ``jobs`` row (internal: the public record is :class:`jobs.records.JobRecord`)."""
+
+    id: str
+    owner_id: str
+    kind: str
+    actor_name: str
+    queue_name: str
+    resource_type: str | None
+    resource_id: str | None
+    idempotency_key: str | None
+    request_digest: str
+    payload: str
+    config: str
+    priority: int
+    status: str
+    attempt: int
+    max_attempts: int
+    timeout_s: int
+    safe_to_rerun: bool
+    worker_id: str | None
+    lease_expires_at: int | None
+    run_after: int
+    progress: float | None
+    progress_message: str | None
+    result: str | None
+    error: str | None
+    cancel_requested_at: int | None
+    event_seq: int
+    created_at: int
+    updated_at: int
+    started_at: int | None
+    completed_at: int | None
+    retry_of_job_id: str | None
+    parent_job_id: str | None
+
+
+@dataclass(frozen=True)
+class EventRow:
+    job_id: str
+    sequence: int
+    type: str
+    data: str
+    created_at: int
+
+
+@dataclass(frozen=True)
+class ExpiredJob:
+    id: str
+    owner_id: str
+    actor_name: str
+    queue_name: str
+    priority: int
+    attempt: int
+    max_attempts: int
+    worker_id: str
+    safe_to_rerun: bool
+    cancel_requested: bool
+
+
+@dataclass(frozen=True)
+class OutboxRow:
+    id: int
+    message_id: str
+    queue_name: str
+    actor_name: str
+    body: bytes
+    eta: int
+
+
+def _job(row: Any) -> JobRow | None:
+    if row is None:
+        return None
+    values = list(row)
+    values[16] = bool(values[16])
+    return JobRow(*values)
+
+
+_SQL: dict[str, Any] = {}
+
+
+def _q(sql: str) -> Any:
+    stmt = _SQL.get(sql)
+    if stmt is None:
+        stmt = _SQL[sql] = text(sql)
+    return stmt
+
+
+# -- jobs: submit and read --------------------------------------------------------------------------
+def job_insert(conn: Connection, row: dict[str, Any]) -> None:
+    """Insert a new job (``row`` has every column but ``event_seq``, which starts at 1 for 'queued')."""
+    conn.execute(
+        _q(
+            "INSERT INTO jobs (id, owner_id, kind, actor_name, queue_name, resource_type, resource_id, "
+            "idempotency_key, request_digest, payload, config, priority, status, attempt, max_attempts, timeout_s, "
+            "safe_to_rerun, run_after, event_seq, created_at, updated_at, retry_of_job_id, parent_job_id) VALUES "
+            "(:id, :owner_id, :kind, :actor_name, :queue_name, :resource_type, :resource_id, :idempotency_key, "
+            ":request_digest, :payload, :config, :priority, 'queued', 0, :max_attempts, :timeout_s, :safe_to_rerun, "
+            ":run_after, 1, :created_at, :created_at, :retry_of_job_id, :parent_job_id)"
+        ),
+        row,
+    )
+
+
+def job_get(conn: Connection, job_id: str) -> JobRow | None:
+    return _job(conn.execute(_q(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = :id"), {"id": job_id}).fetchone())
+
+
+def job_get_for_update(conn: Connection, job_id: str) -> JobRow | None:
+    """The job, row-locked on PostgreSQL until the transaction ends."""
+    sql = f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = :id" + _for_update(conn)
+    return _job(conn.execute(_q(sql), {"id": job_id}).fetchone())
+
+
+def job_list(
+    conn: Connection,
+    *,
+    owner_id: str | None,
+    status: str | None,
+    kind: str | None,
+    before: tuple[int, str] | None,
+    limit: int,
+) -> list[JobRow]:
+    """Jobs newest first; ``owner_id=None`` lists every owner's; ``before`` is a (created_at, id) cursor."""
+    sql = (
+        f"SELECT {JOB_COLUMNS} FROM jobs WHERE (:owner IS NULL OR owner_id = :owner) "
+        "AND (:status IS NULL OR status = :status) AND (:kind IS NULL OR kind = :kind) "
+        "AND (:b_created IS NULL OR created_at < :b_created OR (created_at = :b_created AND id < :b_id)) "
+        "ORDER BY created_at DESC, id DESC LIMIT :limit"
+    )
+    params = {
+        "owner": owner_id,
+        "status": status,
+        "kind": kind,
+        "b_created": before[0] if before else None,
+        "b_id": before[1] if before else None,
+        "limit": limit,
+    }
+    return [r for r in map(_job, conn.execute(_q(sql), params).fetchall()) if r is not None]
+
+
+def job_count_by_status(conn: Connection) -> dict[str, int]:
+    return dict(conn.execute(_q("SELECT status, count(*) FROM jobs GROUP BY status")).fetchall())
+
+
+# -- jobs: execution (every write guarded by CURRENT) ------------------------------------------------
+def job_claim(conn: Connection, job_id: str, worker: str, now: int, lease_ms: int) -> JobRow | None:
+    """queued → running (attempt + 1), or take over a safe job whose running lease expired.
+
+    Matches nothing when the job is cancelled, terminal, running under a live lease, out of attempts,
+    or expired but unsafe/cancel-requested (recovery decides those).
+    """
+    row = conn.execute(
+        _q(
+            "UPDATE jobs SET status = 'running', attempt = attempt + 1, worker_id = :worker, "
+            "lease_expires_at = :expires, started_at = :now, updated_at = :now, progress = NULL, "
+            "progress_message = NULL, event_seq = event_seq + 1 "
+            "WHERE id = :id AND attempt < max_attempts AND (status = 'queued' OR (status = 'running' "
+            "AND lease_expires_at < :now AND safe_to_rerun AND cancel_requested_at IS NULL)) "
+            f"RETURNING {JOB_COLUMNS}"
+        ),
+        {"id": job_id, "worker": worker, "expires": now + lease_ms, "now": now},
+    ).fetchone()
+    return _job(row)
+
+
+def job_lease_renew_if_current(conn: Connection, job_id: str, attempt: int, worker: str, expires: int) -> bool:
+    cur = conn.execute(
+        _q(f"UPDATE jobs SET lease_expires_at = :expires WHERE {CURRENT}"),
+        {"id": job_id, "attempt": attempt, "worker": worker, "expires": expires},
+    )
+    return cur.rowcount == 1
+
+
+def job_check_current(conn: Connection, job_id: str, attempt: int, worker: str) -> tuple[bool, bool]:
+    """``(current, cancel_requested)`` of this attempt; row-locked on PostgreSQL."""
+    row = conn.execute(
+        _q(f"SELECT cancel_requested_at FROM jobs WHERE {CURRENT}" + _for_update(conn)),
+        {"id": job_id, "attempt": attempt, "worker": worker},
+    ).fetchone()
+    if row is None:
+        return False, False
+    return True, row[0] is not None
+
+
+def job_progress_if_current(
+    conn: Connection, job_id: str, attempt: int, worker: str, fraction: float | None, message: str | None, now: int
+) -> int | None:
+    """Record progress; returns the job's current event sequence, or None when stale."""
+    row = conn.execute(
+        _q(
+            "UPDATE jobs SET progress = coalesce(:fraction, progress), progress_message = :message, "
+            f"updated_at = :now WHERE {CURRENT} RETURNING event_seq"
+        ),
+        {"id": job_id, "attempt": attempt, "worker": worker, "fraction": fraction, "message": message, "now": now},
+    ).fetchone()
+    return None if row is None else int(row[0])
+
+
+def job_event_seq_next_if_current(conn: Connection, job_id: str, attempt: int, worker: str) -> int | None:
+    """Reserve the next event sequence for this attempt (None when stale)."""
+    row = conn.execute(
+        _q(f"UPDATE jobs SET event_seq = event_seq + 1 WHERE {CURRENT} RETURNING event_seq"),
+        {"id": job_id, "attempt": attempt, "worker": worker},
+    ).fetchone()
+    return None if row is None else int(row[0])
+
+
+def job_complete_if_current(
+    conn: Connection, job_id: str, attempt: int, worker: str, result: str | None, now: int
+) -> int | None:
+    """running → succeeded unless a cancel was requested; returns the status event's sequence."""
+    row = conn.execute(
+        _q(
+            "UPDATE jobs SET status = 'succeeded', result = :result, error = NULL, progress = 1.0, "
+            "worker_id = NULL, lease_expires_at = NULL, completed_at = :now, updated_at = :now, "
+            f"event_seq = event_seq + 1 WHERE {CURRENT} AND cancel_requested_at IS NULL RETURNING event_seq"
+        ),
+        {"id": job_id, "attempt": attempt, "worker": worker, "result": result, "now": now},
+    ).fetchone()
+    return None if row is None else int(row[0])
+
+
+def job_finish_if_current(
+    conn: Connection, job_id: str, attempt: int, worker: str, status: str, error: str | None, now: int
+) -> int | None:
+    """running → failed or cancelled (by the execution itself); returns the status event's sequence."""
+    row = conn.execute(
+        _q(
+            "UPDATE jobs SET status = :status, error = :error, worker_id = NULL, lease_expires_at = NULL, "
+            f"completed_at = :now, updated_at = :now, event_seq = event_seq + 1 WHERE {CURRENT} RETURNING event_seq"
+        ),
+        {"id": job_id, "attempt": attempt, "worker": worker, "status": status, "error": error, "now": now},
+    ).fetchone()
+    return None if row is None else int(row[0])
+
+
+def job_fail_if_current(conn: Connection, job_id: str, attempt: int, worker: str, error: str, now: int) -> int | None:
+    return job_finish_if_current(conn, job_id, attempt, worker, "failed", error, now)
+
+
+def job_requeue_for_retry(
+    conn: Connection, job_id: str, attempt: int, worker: str, error: str, run_after: int, now: int
+) -> int | None:
+    """running → queued for the next attempt (not when out of attempts or cancel-requested)."""
+    row = conn.execute(
+        _q(
+            "UPDATE jobs SET status = 'queued', error = :error, worker_id = NULL, lease_expires_at = NULL, "
+            "run_after = :run_after, updated_at = :now, event_seq = event_seq + 1 "
+            f"WHERE {CURRENT} AND attempt < max_attempts AND cancel_requested_at IS NULL RETURNING event_seq"
+        ),
+        {"id": job_id, "attempt": attempt, "worker": worker, "error": error, "run_after": run_after, "now": now},
+    ).fetchone()
+    return None if row is None else int(row[0])
+
+
+# -- jobs: control (cancel, unknown kinds) ----------------------------------------------------------
+def job_cancel_queued(conn: Connection, job_id: str, now: int) -> int | None:
+    """queued → cancelled at once; returns the status event's sequence."""
+    row = conn.execute(
+        _q(
+            "UPDATE jobs SET status = 'cancelled', completed_at = :now, updated_at = :now, "
+            "event_seq = event_seq + 1 WHERE id = :id AND status = 'queued' RETURNING event_seq"
+        ),
+        {"id": job_id, "now": now},
+    ).fetchone()
+    return None if row is None else int(row[0])
+
+
+def job_request_cancel(conn: Connection, job_id: str, now: int) -> int | None:
+    """Mark a running job's cancel request (first request wins); returns the event's sequence."""
+    row = conn.execute(
+        _q(
+            "UPDATE jobs SET cancel_requested_at = :now, updated_at = :now, event_seq = event_seq + 1 "
+            "WHERE id = :id AND status = 'running' AND cancel_requested_at IS NULL RETURNING event_seq"
+        ),
+        {"id": job_id, "now": now},
+    ).fetchone()
+    return None if row is None else int(row[0])
+
+
+def job_fail_queued(conn: Connection, job_id: str, error: str, now: int) -> int | None:
+    """queued → failed without running (a message for a kind this worker cannot run)."""
+    row = conn.execute(
+        _q(
+            "UPDATE jobs SET status = 'failed', error = :error, completed_at = :now, updated_at = :now, "
+            "event_seq = event_seq + 1 WHERE id = :id AND status = 'queued' RETURNING event_seq"
+        ),
+        {"id": job_id, "error": error, "now": now},
+    ).fetchone()
+    return None if row is None else int(row[0])
+
+
+# -- jobs: recovery of expired leases ----------------------------------------------------------------
+def job_list_expired(
+    conn: Connection, now: int, limit: int, *, job_id: str | None = None, queues: list[str] | None = None
+) -> list[ExpiredJob]:
+    """Running jobs whose lease expired before *now*, optionally of one job or of some queues only.
+
+    Row-locked, skipping rows another transaction holds, on PostgreSQL.
+    """
+    sql = (
+        "SELECT id, owner_id, actor_name, queue_name, priority, attempt, max_attempts, worker_id, safe_to_rerun, "
+        "cancel_requested_at IS NOT NULL FROM jobs WHERE status = 'running' AND lease_expires_at < :now"
+    )
+    params: dict[str, Any] = {"now": now, "limit": limit}
+    if job_id is not None:
+        sql += " AND id = :id"
+        params["id"] = job_id
+    if queues is not None:
+        sql += " AND queue_name IN :queues"
+        params["queues"] = list(queues) or [""]
+    sql += " ORDER BY lease_expires_at LIMIT :limit" + _for_update(conn, skip_locked=True)
+    stmt = _SQL.get(sql)
+    if stmt is None:
+        stmt = text(sql)
+        if queues is not None:
+            stmt = stmt.bindparams(bindparam("queues", expanding=True))
+        _SQL[sql] = stmt
+    rows = conn.execute(stmt, params).fetchall()
+    return [ExpiredJob(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], bool(r[8]), bool(r[9])) for r in rows]
+
+
+def job_recover_requeue(conn: Connection, job_id: str, attempt: int, worker: str, now: int) -> int | None:
+    """Expired running → queued (next attempt on the next claim); guarded on the expired lease."""
+    row = conn.execute(
+        _q(
+            "UPDATE jobs SET status = 'queued', worker_id = NULL, lease_expires_at = NULL, run_after = :now, "
+            "updated_at = :now, event_seq = event_seq + 1 "
+            f"WHERE {CURRENT} AND lease_expires_at < :now AND cancel_requested_at IS NULL "
+            "AND attempt < max_attempts RETURNING event_seq"
+        ),
+        {"id": job_id, "attempt": attempt, "worker": worker, "now": now},
+    ).fetchone()
+    return None if row is None else int(row[0])
+
+
+def job_recover_finish(
+    conn: Connection, job_id: str, attempt: int, worker: str, status: str, error: str, now: int
+) -> int | None:
+    """Expired running → cancelled / interrupted / failed; guarded on the expired lease."""
+    row = conn.execute(
+        _q(
+            "UPDATE jobs SET status = :status, error = :error, worker_id = NULL, lease_expires_at = NULL, "
+            "completed_at = :now, updated_at = :now, event_seq = event_seq + 1 "
+            f"WHERE {CURRENT} AND lease_expires_at < :now RETURNING event_seq"
+        ),
+        {"id": job_id, "attempt": attempt, "worker": worker, "status": status, "error": error, "now": now},
+    ).fetchone()
+    return None if row is None else int(row[0])
+
+
+# -- events ------------------------------------------------------------------------------------------
+def event_insert(conn: Connection, job_id: str, sequence: int, type_: str, data: str, now: int) -> None:
+    conn.execute(
+        _q(
+            "INSERT INTO job_events (job_id, sequence, type, data, created_at) "
+            "VALUES (:job_id, :sequence, :type, :data, :now)"
+        ),
+        {"job_id": job_id, "sequence": sequence, "type": type_, "data": data, "now": now},
+    )
+
+
+def event_list_after(conn: Connection, job_id: str, after: int, limit: int) -> list[EventRow]:
+    rows = conn.execute(
+        _q(
+            "SELECT job_id, sequence, type, data, created_at FROM job_events WHERE job_id = :id AND sequence > :after "
+            "ORDER BY sequence LIMIT :limit"
+        ),
+        {"id": job_id, "after": after, "limit": limit},
+    ).fetchall()
+    return [EventRow(*r) for r in rows]
+
+
+# -- idempotency -------------------------------------------------------------------------------------
+def idempotency_get(conn: Connection, owner_id: str, kind: str, key: str) -> tuple[str, str] | None:
+    """``(request_digest, job_id)`` recorded for this owner's key, if any."""
+    row = conn.execute(
+        _q("SELECT request_digest, job_id FROM idempotency WHERE owner_id = :owner AND kind = :kind AND key = :key"),
+        {"owner": owner_id, "kind": kind, "key": key},
+    ).fetchone()
+    return None if row is None else (row[0], row[1])
+
+
+def idempotency_insert(
+    conn: Connection, owner_id: str, kind: str, key: str, digest: str, job_id: str, now: int
+) -> bool:
+    """Record the key; False when a concurrent transaction recorded it first."""
+    cur = conn.execute(
+        _q(
+            "INSERT INTO idempotency (owner_id, kind, key, request_digest, job_id, created_at) "
+            "VALUES (:owner, :kind, :key, :digest, :job_id, :now) ON CONFLICT DO NOTHING"
+        ),
+        {"owner": owner_id, "kind": kind, "key": key, "digest": digest, "job_id": job_id, "now": now},
+    )
+    return cur.rowcount == 1
+
+
+# -- outbox ------------------------------------------------------------------------------------------
+def outbox_insert(
+    conn: Connection,
+    *,
+    message_id: str,
+    job_id: str | None,
+    queue_name: str,
+    actor_name: str,
+    body: bytes,
+    eta: int,
+    now: int,
+) -> None:
+    conn.execute(
+        _q(
+            "INSERT INTO outbox (message_id, job_id, queue_name, actor_name, body, eta, created_at, attempts) "
+            "VALUES (:message_id, :job_id, :queue_name, :actor_name, :body, :eta, :now, 0)"
+        ),
+        {
+            "message_id": message_id,
+            "job_id": job_id,
+            "queue_name": queue_name,
+            "actor_name": actor_name,
+            "body": body,
+            "eta": eta,
+            "now": now,
+        },
+    )
+
+
+def outbox_pending(conn: Connection, limit: int) -> list[OutboxRow]:
+    """Unpublished rows, oldest first (locked, skipping rows another relay holds, on PostgreSQL)."""
+    sql = (
+        "SELECT id, message_id, queue_name, actor_name, body, eta FROM outbox WHERE published_at IS NULL "
+        "ORDER BY id LIMIT :limit"
+    ) + _for_update(conn, skip_locked=True)
+    return [OutboxRow(r[0], r[1], r[2], r[3], bytes(r[4]), r[5]) for r in conn.execute(_q(sql), {"limit": limit})]
+
+
+def outbox_mark_published(conn: Connection, outbox_id: int, now: int) -> None:
+    conn.execute(
+        _q("UPDATE outbox SET published_at = :now, attempts = attempts + 1 WHERE id = :id"),
+        {"id": outbox_id, "now": now},
+    )
+
+
+def outbox_mark_failed(conn: Connection, outbox_id: int, error: str) -> None:
+    conn.execute(
+        _q("UPDATE outbox SET attempts = attempts + 1, last_error = :error WHERE id = :id"),
+        {"id": outbox_id, "error": error},
+    )
+
+
+def outbox_prune(conn: Connection, published_before: int) -> int:
+    return conn.execute(
+        _q("DELETE FROM outbox WHERE published_at IS NOT NULL AND published_at < :before"), {"before": published_before}
+    ).rowcount
+
+
+def outbox_pending_count(conn: Connection) -> int:
+    return int(conn.execute(_q("SELECT count(*) FROM outbox WHERE published_at IS NULL")).scalar_one())

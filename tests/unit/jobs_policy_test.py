@@ -1,0 +1,53 @@
+"""Pure job-layer logic: error hygiene, backoff, the status enum, request digests."""
+
+from __future__ import annotations
+
+import pytest
+
+from jobs.errors import MAX_ERROR_CHARS, JobTimeout, public_error, redact
+from jobs.registry import default_backoff
+from jobs.status import RETRYABLE_STATUSES, TERMINAL_STATUSES, JobStatus
+from jobs.submit import request_digest
+
+
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        ("connect to postgresql://app:hunter2@db/x failed", "hunter2"),
+        ("bad password=hunter2 given", "hunter2"),
+        ("api_key: 'abc123def'", "abc123def"),
+        ("Authorization: Bearer eyJhbGciOiJIUzI1NiJ9abcdef", "eyJhbGciOiJIUzI1NiJ9abcdef"),
+        ("token " + "a" * 48, "a" * 48),
+    ],
+)
+def test_redact_masks_secrets(text: str, secret: str) -> None:
+    assert secret not in redact(text)
+
+
+def test_public_error_is_truncated_and_typed() -> None:
+    text = public_error(RuntimeError("word " * 1000))
+    assert text.startswith("RuntimeError: ")
+    assert len(text) == MAX_ERROR_CHARS
+    assert public_error(JobTimeout()) == "JobTimeout: Job timed out."
+
+
+def test_backoff_grows_to_a_cap_with_jitter() -> None:
+    for attempt, base in [(1, 2), (2, 4), (4, 16), (5, 30), (12, 30)]:
+        values = [default_backoff(attempt) for _ in range(50)]
+        assert all(0.8 * base <= v <= 1.2 * base for v in values)
+        assert len(set(values)) > 1
+
+
+def test_statuses() -> None:
+    assert {s.value for s in JobStatus} == {"queued", "running", "succeeded", "failed", "cancelled", "interrupted"}
+    assert JobStatus.SUCCEEDED.terminal and not JobStatus.RUNNING.terminal
+    assert RETRYABLE_STATUSES < TERMINAL_STATUSES
+    assert JobStatus.SUCCEEDED not in RETRYABLE_STATUSES
+
+
+def test_request_digest_is_canonical() -> None:
+    a = request_digest("k", {"a": 1, "b": [1, 2]}, ("rec", "1"))
+    b = request_digest("k", {"b": [1, 2], "a": 1}, ("rec", "1"))
+    assert a == b
+    assert a != request_digest("k", {"a": 2, "b": [1, 2]}, ("rec", "1"))
+    assert a != request_digest("other", {"a": 1, "b": [1, 2]}, ("rec", "1"))
