@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import uuid
 from collections.abc import Mapping
 from typing import Any, TextIO
 
@@ -47,8 +48,9 @@ EVENTS = {
     "job.stale_write": "a write from a stale attempt was rejected",
     "schedule.fire": "a scheduler handled a tick (schedule, result=fired|duplicate|skipped)",
 }
-#: The only fields ever printed, in this order. Values are scalars, truncated.
-FIELDS = (
+#: The only fields ever printed, per event family, in this order. Values must be scalars (str, int,
+#: float, bool); anything else (a payload, a result dict) is dropped, strings are truncated.
+JOB_FIELDS = (
     "event",
     "job_id",
     "kind",
@@ -59,9 +61,9 @@ FIELDS = (
     "error_type",
     "queue",
     "worker_id",
-    "schedule",
-    "result",
 )
+SCHEDULE_FIELDS = ("event", "schedule", "result", "tick")
+FIELDS = tuple(dict.fromkeys(JOB_FIELDS + SCHEDULE_FIELDS))
 #: Longest value printed.
 MAX_VALUE_CHARS = 200
 
@@ -74,20 +76,26 @@ def event_fields(record: logging.LogRecord) -> dict[str, Any] | None:
     raw = getattr(record, EXTRA_KEY, None)
     if not isinstance(raw, Mapping) or "event" not in raw:
         return None
+    allowed = SCHEDULE_FIELDS if str(raw["event"]).startswith("schedule.") else JOB_FIELDS
     out: dict[str, Any] = {}
-    for key in FIELDS:
-        if key in raw and raw[key] is not None:
-            out[key] = _scalar(raw[key])
+    for key in allowed:
+        value = _scalar(raw.get(key))
+        if value is not None:
+            out[key] = value
     return out
 
 
 def _scalar(value: Any) -> Any:
+    """The printable form of an allowed value; ``None`` for anything that is not a scalar."""
     if isinstance(value, bool | int):
         return value
     if isinstance(value, float):
         return round(value, 6)
-    text = str(value).replace("\n", " ").replace("\r", " ")
-    return text[:MAX_VALUE_CHARS]
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, str):
+        return value.replace("\n", " ").replace("\r", " ")[:MAX_VALUE_CHARS]
+    return None
 
 
 class LifecycleFormatter(logging.Formatter):
