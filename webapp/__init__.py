@@ -1,1 +1,153 @@
-"""Tenure webapp layer (see ARCHITECTURE.md)."""
+"""Tenure's web app: UI, JSON API, live feed and health (ARCHITECTURE.md §3).
+
+``create_app(test_config=None)`` is the factory (flaskr style); gunicorn runs
+``webapp:create_app()``. Services are built once and kept in ``app.extensions["tenure"]``.
+
+Configuration comes from ``jobs.settings.Settings`` (``TENURE_*``) plus the web's own keys
+(defaults below; any ``TENURE_WEB_<KEY>`` variable overrides ``<KEY>``; *test_config* last).
+A test may inject ``TENURE_ENGINE``, ``TENURE_BROKER`` and ``TENURE_JOBS`` (a :class:`JobsGateway`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from flask import Flask
+
+#: The web layer's settings and their defaults (overridable by ``TENURE_WEB_<KEY>`` and test_config).
+DEFAULTS: dict[str, Any] = {
+    "API_TITLE": "Tenure",
+    "API_VERSION": "v1",
+    "OPENAPI_VERSION": "3.1.0",
+    "OPENAPI_URL_PREFIX": "/api",
+    "OPENAPI_JSON_PATH": "openapi.json",
+    "SESSION_COOKIE_HTTPONLY": True,
+    "SESSION_COOKIE_SAMESITE": "Lax",
+    "REMEMBER_COOKIE_HTTPONLY": True,
+    "WTF_CSRF_TIME_LIMIT": None,  # the token lives as long as the session
+    "MAX_CONTENT_LENGTH": 1 * 1024 * 1024,
+    "JSON_SORT_KEYS": False,
+    #: Live feed (see docs/api.md).
+    "LIVE_MAX_CONNECTIONS": 64,
+    "LIVE_MAX_PER_IDENTITY": 4,
+    "LIVE_HEARTBEAT_S": 10.0,
+    "LIVE_POLL_S": 0.5,
+    "LIVE_MAX_BACKLOG": 1000,
+    "LIVE_RETRY_AFTER_S": 5,
+    "SOCK_SERVER_OPTIONS": {"ping_interval": 25, "max_message_size": 65536},
+    #: Origins (scheme://host[:port]) allowed to open the live feed with a session cookie, besides this host.
+    "TENURE_ALLOWED_ORIGINS": (),
+    #: How often the UI polls when the live feed is unavailable.
+    "UI_POLL_S": 30,
+}
+
+
+def create_app(test_config: dict[str, Any] | None = None) -> Flask:
+    """Build the Flask app: config, services, extensions, blueprints, error handlers."""
+    app = Flask(__name__, instance_relative_config=False)
+    app.config.from_mapping(DEFAULTS)
+    app.config.from_prefixed_env("TENURE_WEB")
+    if test_config:
+        app.config.from_mapping(test_config)
+
+    from . import errors
+    from .auth import bp as auth_bp
+    from .auth import csrf, login_manager
+
+    services = _build_services(app)
+    app.extensions["tenure"] = services
+    if not app.config.get("SECRET_KEY"):
+        from .services import secret_key_from
+
+        app.config["SECRET_KEY"] = secret_key_from(os.environ, Path(app.config.get("TENURE_VAR_DIR", "var")))
+
+    login_manager.init_app(app)
+    csrf.init_app(app)
+
+    from .api import register_api
+    from .live import bp as live_bp
+    from .live import sock
+    from .ui import bp as ui_bp
+
+    sock.init_app(app)
+    register_api(app)
+    csrf.exempt(live_bp)  # live GETs only; Origin is checked instead
+    app.register_blueprint(live_bp)
+    app.register_blueprint(auth_bp)
+    app.register_blueprint(ui_bp)
+    errors.register(app)
+    _quiet_credentials_in_logs()
+    return app
+
+
+def _build_services(app: Flask):  # type: ignore[no-untyped-def]
+    from .live_limits import FeedLimits
+    from .services import Services, default_migrations_dir
+
+    cfg = app.config
+    settings = cfg.get("TENURE_SETTINGS")
+    if settings is None:
+        from jobs.settings import Settings
+
+        settings = Settings.from_env()
+    engine = cfg.get("TENURE_ENGINE")
+    if engine is None:
+        engine = _make_engine(settings)
+    broker = cfg.get("TENURE_BROKER")
+    if broker is None:
+        from broker import make_broker
+
+        broker = make_broker(settings.broker_url)
+    gateway = cfg.get("TENURE_JOBS")
+    if gateway is None:
+        from .jobs_adapter import JobLayerGateway
+
+        gateway = JobLayerGateway(engine=engine, broker=broker, settings=settings)
+    return Services(
+        engine=engine,
+        broker=broker,
+        settings=settings,
+        jobs=gateway,
+        feed_limits=FeedLimits(int(cfg["LIVE_MAX_CONNECTIONS"]), int(cfg["LIVE_MAX_PER_IDENTITY"])),
+        output_root=Path(getattr(settings, "output_root", "var/outputs")),
+        migrations_dir=cfg.get("TENURE_MIGRATIONS_DIR", default_migrations_dir()),
+    )
+
+
+def _make_engine(settings: Any):  # type: ignore[no-untyped-def]
+    try:
+        from jobs.db import make_engine  # the job layer's engine factory, when it exists
+    except ImportError:
+        make_engine = None
+    if make_engine is not None:
+        return make_engine(settings)
+    from sqlalchemy import create_engine, event
+
+    engine = create_engine(settings.database_url)
+    if engine.dialect.name == "sqlite":
+
+        @event.listens_for(engine, "connect")
+        def _pragmas(dbapi_conn, _record):  # type: ignore[no-untyped-def]
+            dbapi_conn.execute("PRAGMA journal_mode=WAL")
+            dbapi_conn.execute(f"PRAGMA busy_timeout={int(settings.sqlite_busy_timeout_ms)}")
+            dbapi_conn.execute("PRAGMA foreign_keys=ON")
+
+    return engine
+
+
+class _NoCredentials(logging.Filter):
+    """Drops access-log lines that would carry credentials (none should: they never go in URLs)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return "Authorization" not in message and "tnr_" not in message
+
+
+def _quiet_credentials_in_logs() -> None:
+    for name in ("werkzeug", "gunicorn.access"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _NoCredentials) for f in logger.filters):
+            logger.addFilter(_NoCredentials())

@@ -1,0 +1,129 @@
+"""Fixtures for the web layer: an app on a temporary SQLite file, a fake job gateway, three users."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+from sqlalchemy import Engine, create_engine
+
+from jobs import accounts
+from jobs.accounts_store import metadata as accounts_metadata
+
+from .fake_jobs import FakeJobs
+
+
+@pytest.fixture(autouse=True)
+def _cheap_scrypt(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Hashes are self-describing, so a lower cost only makes the tests' hashing cheaper.
+    monkeypatch.setattr(accounts, "SCRYPT_N", 2**10)
+
+
+@dataclass
+class Person:
+    user: accounts.User
+    password: str
+    token: str
+
+    @property
+    def bearer(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+    @property
+    def basic(self) -> dict[str, str]:
+        raw = base64.b64encode(f"{self.user.username}:{self.password}".encode()).decode()
+        return {"Authorization": f"Basic {raw}"}
+
+
+@pytest.fixture()
+def web_engine(tmp_path: Path) -> Iterator[Engine]:
+    engine = create_engine(f"sqlite:///{tmp_path / 'web.db'}")
+    accounts_metadata.create_all(engine)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture()
+def web_broker(tmp_path: Path):  # type: ignore[no-untyped-def]
+    from broker import SQLiteBroker
+
+    broker = SQLiteBroker(f"sqlite:///{tmp_path / 'broker.db'}", middleware=[])
+    broker.declare_queue("default")
+    yield broker
+    broker.close()
+
+
+@pytest.fixture()
+def fake_jobs() -> FakeJobs:
+    return FakeJobs()
+
+
+@pytest.fixture()
+def app_config(tmp_path: Path, web_engine: Engine, web_broker, fake_jobs: FakeJobs) -> dict:  # type: ignore[no-untyped-def]
+    return {
+        "TESTING": True,
+        "SECRET_KEY": "test-secret",
+        "TENURE_ENGINE": web_engine,
+        "TENURE_BROKER": web_broker,
+        "TENURE_JOBS": fake_jobs,
+        "TENURE_SETTINGS": SimpleNamespace(output_root=str(tmp_path / "outputs")),
+        "TENURE_MIGRATIONS_DIR": None,
+        "LIVE_POLL_S": 0.05,
+    }
+
+
+@pytest.fixture()
+def app(app_config: dict) -> Flask:
+    from webapp import create_app
+
+    return create_app(app_config)
+
+
+@pytest.fixture()
+def client(app: Flask) -> FlaskClient:
+    return app.test_client()
+
+
+def _person(engine: Engine, name: str, role: str) -> Person:
+    user, password = accounts.create_user(engine, name, role=role)
+    _, token = accounts.create_token(engine, user.id, "tests")
+    return Person(user, password, token)
+
+
+@pytest.fixture()
+def alice(web_engine: Engine) -> Person:
+    return _person(web_engine, "alice", "user")
+
+
+@pytest.fixture()
+def bob(web_engine: Engine) -> Person:
+    return _person(web_engine, "bob", "user")
+
+
+@pytest.fixture()
+def root(web_engine: Engine) -> Person:
+    return _person(web_engine, "root", "admin")
+
+
+def csrf_token(client: FlaskClient, path: str = "/login") -> str:
+    """The session's CSRF token, read from a page's ``<meta name="csrf-token">``."""
+    import re
+
+    page = client.get(path).get_data(as_text=True)
+    match = re.search(r'name="csrf-token" content="([^"]+)"', page)
+    assert match, "no csrf meta tag"
+    return match.group(1)
+
+
+def login(client: FlaskClient, person: Person) -> str:
+    """Log *person* in through the form; returns the new session's CSRF token."""
+    token = csrf_token(client)
+    r = client.post("/login", data={"username": person.user.username, "password": person.password, "csrf_token": token})
+    assert r.status_code == 302, r.get_data(as_text=True)[:300]
+    return csrf_token(client, "/tokens")

@@ -1,0 +1,195 @@
+"""``/api/v1/jobs``: submit, list, get, cancel, retry, events, bulk actions; ``/api/v1/kinds``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import jsonify
+from flask.views import MethodView
+from flask_smorest import Blueprint
+
+from ..auth import api_guard, require_identity
+from ..errors import Conflict, Forbidden, JobNotFoundError
+from ..gateway import JobQuery
+from ..services import services
+from .schemas import (
+    ID_MAX,
+    BulkResultSchema,
+    BulkSchema,
+    CancelResultSchema,
+    EventPageSchema,
+    EventsQuerySchema,
+    IdempotencyHeaderSchema,
+    JobListQuerySchema,
+    JobPageSchema,
+    JobSchema,
+    KindSchema,
+    SubmitSchema,
+)
+
+blp = Blueprint("jobs_api", __name__, url_prefix="/api/v1", description="Jobs: submit, watch, cancel, retry")
+blp.before_request(api_guard)
+
+
+def _job_id(job_id: str) -> str:
+    # An absurd id cannot exist; answer exactly like any other missing job.
+    if not job_id or len(job_id) > ID_MAX:
+        raise JobNotFoundError()
+    return job_id
+
+
+def query_from(args: dict[str, Any]) -> JobQuery:
+    """A :class:`JobQuery` from validated filter arguments; ``owner`` only for admins."""
+    identity = require_identity()
+    owner = args.get("owner")
+    if owner and not identity.is_admin:
+        raise Forbidden("Only admins may filter by owner.")
+    return JobQuery(
+        statuses=tuple(args.get("status") or ()),
+        kind=args.get("kind") or None,
+        queue=args.get("queue") or None,
+        owner_id=owner or None,
+        created_after=args.get("created_after"),
+        created_before=args.get("created_before"),
+        search=(args.get("q") or "").strip() or None,
+    )
+
+
+@blp.route("/kinds")
+class Kinds(MethodView):
+    @blp.response(200, KindSchema(many=True))
+    def get(self):
+        """Job kinds that can be submitted, with their input fields."""
+        return services().jobs.kinds()
+
+
+@blp.route("/jobs")
+class Jobs(MethodView):
+    @blp.arguments(JobListQuerySchema, location="query")
+    @blp.response(200, JobPageSchema)
+    def get(self, args):
+        """List jobs (your own; admins see all), newest first, with cursor pagination."""
+        identity = require_identity()
+        page = services().jobs.list_jobs(
+            identity.scope, query_from(args), cursor=args.get("cursor"), limit=args["limit"]
+        )
+        return {"items": page.items, "next_cursor": page.next_cursor}
+
+    @blp.arguments(IdempotencyHeaderSchema, location="headers")
+    @blp.arguments(SubmitSchema)
+    @blp.response(201, JobSchema, description="created")
+    @blp.alt_response(200, schema=JobSchema, description="the job this idempotency key already created")
+    @blp.alt_response(409, schema=None, description="the idempotency key was used for a different request")
+    def post(self, headers, body):
+        """Submit a job. With ``Idempotency-Key``, repeating the request returns the same job."""
+        identity = require_identity()
+        job, created = services().jobs.submit(
+            owner_id=identity.user.owner_id,
+            kind=body["kind"],
+            payload=body["payload"],
+            idempotency_key=headers.get("idempotency_key"),
+            priority=body["priority"],
+            delay_s=body["delay_s"],
+        )
+        response = jsonify(JobSchema().dump(job))
+        response.status_code = 201 if created else 200
+        response.headers["Location"] = f"/api/v1/jobs/{job.id}"
+        return response
+
+
+@blp.route("/jobs/<job_id>")
+class JobById(MethodView):
+    @blp.response(200, JobSchema)
+    def get(self, job_id: str):
+        """One job (404 when missing or not yours)."""
+        return services().jobs.get(require_identity().scope, _job_id(job_id))
+
+
+@blp.route("/jobs/<job_id>/cancel")
+class JobCancel(MethodView):
+    @blp.response(200, CancelResultSchema)
+    @blp.alt_response(409, schema=None, description="the job already finished")
+    def post(self, job_id: str):
+        """Cancel: a queued job ends at once; a running one at its next checkpoint."""
+        job, outcome = services().jobs.cancel(require_identity().scope, _job_id(job_id))
+        return {"outcome": outcome, "job": job}
+
+
+@blp.route("/jobs/<job_id>/retry")
+class JobRetry(MethodView):
+    @blp.response(201, JobSchema, description="the new job")
+    @blp.alt_response(409, schema=None, description="the job's status does not allow a retry")
+    def post(self, job_id: str):
+        """Retry a failed, cancelled or interrupted job as a NEW job (``retry_of_job_id`` set)."""
+        return services().jobs.retry(require_identity().scope, _job_id(job_id))
+
+
+@blp.route("/jobs/<job_id>/events")
+class JobEvents(MethodView):
+    @blp.arguments(EventsQuerySchema, location="query")
+    @blp.response(200, EventPageSchema)
+    def get(self, args, job_id: str):
+        """The job's timeline after sequence ``after``."""
+        items = services().jobs.events(
+            require_identity().scope, _job_id(job_id), after=args["after"], limit=args["limit"]
+        )
+        return {"items": items, "next_after": items[-1].sequence if items else args["after"]}
+
+
+def run_bulk(action: str, args: dict[str, Any]) -> dict[str, Any]:
+    """Apply *action* (``cancel`` | ``retry``) to up to ``limit`` jobs matching the filter."""
+    identity = require_identity()
+    gateway = services().jobs
+    query = query_from(args["filter"])
+    matched = gateway.count_jobs(identity.scope, query)
+    applies = (lambda j: j.can_cancel) if action == "cancel" else (lambda j: j.can_retry)
+    candidates, cursor = [], None
+    while len(candidates) < args["limit"]:
+        page = gateway.list_jobs(identity.scope, query, cursor=cursor, limit=min(200, args["limit"]))
+        candidates.extend(j for j in page.items if applies(j))
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    candidates = candidates[: args["limit"]]
+    if args["dry_run"]:
+        return {
+            "dry_run": True,
+            "matched": matched,
+            "affected": len(candidates),
+            "skipped": matched - len(candidates),
+            "job_ids": [j.id for j in candidates],
+        }
+    changed = []
+    for job in candidates:
+        try:
+            if action == "cancel":
+                changed.append(gateway.cancel(identity.scope, job.id)[0].id)
+            else:
+                changed.append(gateway.retry(identity.scope, job.id).id)
+        except (Conflict, JobNotFoundError):
+            continue  # finished or vanished meanwhile: counted as skipped
+    return {
+        "dry_run": False,
+        "matched": matched,
+        "affected": len(changed),
+        "skipped": matched - len(changed),
+        "job_ids": changed,
+    }
+
+
+@blp.route("/jobs/bulk/cancel")
+class BulkCancel(MethodView):
+    @blp.arguments(BulkSchema)
+    @blp.response(200, BulkResultSchema)
+    def post(self, args):
+        """Cancel every matching job that can still be cancelled (``dry_run`` only counts)."""
+        return run_bulk("cancel", args)
+
+
+@blp.route("/jobs/bulk/retry")
+class BulkRetry(MethodView):
+    @blp.arguments(BulkSchema)
+    @blp.response(200, BulkResultSchema)
+    def post(self, args):
+        """Retry every matching failed/cancelled/interrupted job (``dry_run`` only counts)."""
+        return run_bulk("retry", args)

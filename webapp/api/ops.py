@@ -1,0 +1,121 @@
+"""Operators' endpoints (admin only): queues, dead letters, workers, schedules, activity."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from flask.views import MethodView
+from flask_smorest import Blueprint
+
+from .. import operations
+from ..auth import api_guard, require_admin
+from ..services import services
+from .schemas import (
+    ID_MAX,
+    ActivityBucketSchema,
+    ActivityQuerySchema,
+    DeadLetterSchema,
+    DeadQuerySchema,
+    JobSchema,
+    PausedSchema,
+    QueueSchema,
+    ReplayResultSchema,
+    ReplaySchema,
+    ScheduleSchema,
+    WorkerSchema,
+)
+
+blp = Blueprint("ops_api", __name__, url_prefix="/api/v1", description="Operations (admin role)")
+
+
+@blp.before_request
+def _admins_only() -> None:
+    api_guard()
+    require_admin()
+
+
+def _queue_name(name: str) -> str:
+    from ..errors import NotFound
+
+    if not name or len(name) > ID_MAX:
+        raise NotFound(f"No queue named {name[:ID_MAX]!r}.")
+    return name
+
+
+@blp.route("/queues")
+class Queues(MethodView):
+    @blp.response(200, QueueSchema(many=True))
+    def get(self):
+        """Each queue's depth by state, oldest-ready age (lag) and pause flag."""
+        return operations.queues(services().broker)
+
+
+@blp.route("/queues/<name>/pause")
+class QueuePause(MethodView):
+    @blp.response(200, PausedSchema)
+    def post(self, name: str):
+        """Stop claims on the queue; its messages wait."""
+        return operations.set_paused(services().broker, _queue_name(name), True)
+
+
+@blp.route("/queues/<name>/resume")
+class QueueResume(MethodView):
+    @blp.response(200, PausedSchema)
+    def post(self, name: str):
+        """Resume claims on the queue."""
+        return operations.set_paused(services().broker, _queue_name(name), False)
+
+
+@blp.route("/dead")
+class Dead(MethodView):
+    @blp.arguments(DeadQuerySchema, location="query")
+    @blp.response(200, DeadLetterSchema(many=True))
+    def get(self, args):
+        """Dead letters, oldest first (``after_id`` pages on)."""
+        return operations.dead_letters(
+            services().broker, args.get("queue"), after_id=args["after_id"], limit=args["limit"]
+        )
+
+
+@blp.route("/dead/replay")
+class DeadReplay(MethodView):
+    @blp.arguments(ReplaySchema)
+    @blp.response(200, ReplayResultSchema)
+    def post(self, args):
+        """Move dead letters (all of a queue, or the given ids) back to ready."""
+        return {"replayed": operations.replay(services().broker, args["queue"], args.get("ids"))}
+
+
+@blp.route("/workers")
+class Workers(MethodView):
+    @blp.response(200, WorkerSchema(many=True))
+    def get(self):
+        """Live worker processes with their queues and in-flight messages."""
+        return operations.workers(services().broker)
+
+
+@blp.route("/schedules")
+class Schedules(MethodView):
+    @blp.response(200, ScheduleSchema(many=True))
+    def get(self):
+        """Declared schedules with their next and last fire times."""
+        return services().jobs.schedules()
+
+
+@blp.route("/schedules/<name>/run")
+class ScheduleRun(MethodView):
+    @blp.response(201, JobSchema)
+    def post(self, name: str):
+        """Fire a schedule now (outside its cron), as the calling admin."""
+        identity = require_admin()
+        return services().jobs.run_schedule_now(_queue_name(name), owner_id=identity.user.owner_id)
+
+
+@blp.route("/activity")
+class Activity(MethodView):
+    @blp.arguments(ActivityQuerySchema, location="query")
+    @blp.response(200, ActivityBucketSchema(many=True))
+    def get(self, args):
+        """Finished jobs per minute (throughput, failures, latency) over the last ``minutes``."""
+        since = datetime.now(UTC) - timedelta(minutes=args["minutes"])
+        return services().jobs.activity(None, since=since, bucket_s=60)

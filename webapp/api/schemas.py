@@ -1,0 +1,245 @@
+"""Marshmallow schemas of the JSON API; flask-smorest turns them into the OpenAPI document.
+
+Integers in JSON bodies are ``strict`` (``1.5`` or ``2e-42`` is not an integer); in query strings
+they cannot be, because every query value arrives as a string.
+"""
+
+from __future__ import annotations
+
+import marshmallow as ma
+from marshmallow import fields, validate
+
+from ..gateway import STATUSES
+
+ID_MAX = 100
+
+
+class ErrorDetailSchema(ma.Schema):
+    code = fields.String(required=True, metadata={"description": "machine-readable error code"})
+    message = fields.String(required=True, metadata={"description": "human-readable explanation"})
+    details = fields.Raw(allow_none=True, metadata={"description": "per-field validation messages, when any"})
+
+
+class ErrorSchema(ma.Schema):
+    """Every error response: ``{"error": {"code", "message"}}``."""
+
+    error = fields.Nested(ErrorDetailSchema, required=True)
+
+
+class JobSchema(ma.Schema):
+    id = fields.String(required=True)
+    owner_id = fields.String(required=True)
+    kind = fields.String(required=True)
+    status = fields.String(required=True, validate=validate.OneOf(STATUSES))
+    queue = fields.String(required=True)
+    priority = fields.Integer(required=True)
+    attempt = fields.Integer(required=True)
+    max_attempts = fields.Integer(required=True)
+    created_at = fields.DateTime(required=True)
+    started_at = fields.DateTime(allow_none=True)
+    completed_at = fields.DateTime(allow_none=True)
+    progress = fields.Float(allow_none=True)
+    progress_message = fields.String(allow_none=True)
+    cancel_requested = fields.Boolean(required=True)
+    error = fields.String(allow_none=True)
+    result = fields.Raw(allow_none=True)
+    retry_of_job_id = fields.String(allow_none=True)
+    files = fields.List(fields.String(), required=True)
+    can_cancel = fields.Boolean(required=True, metadata={"description": "cancel is allowed now"})
+    can_retry = fields.Boolean(required=True, metadata={"description": "retry is allowed now"})
+
+
+class JobPageSchema(ma.Schema):
+    items = fields.List(fields.Nested(JobSchema), required=True)
+    next_cursor = fields.String(
+        allow_none=True, required=True, metadata={"description": "pass as `cursor` for the next page"}
+    )
+
+
+class SubmitSchema(ma.Schema):
+    kind = fields.String(required=True, validate=validate.Length(min=1, max=ID_MAX))
+    payload = fields.Dict(keys=fields.String(), load_default=dict)
+    priority = fields.Integer(strict=True, load_default=0, validate=validate.Range(min=0, max=255))
+    delay_s = fields.Float(
+        load_default=0.0, allow_nan=False, validate=validate.Range(min=0, max=30 * 86400), metadata={"example": 0}
+    )
+
+
+class IdempotencyHeaderSchema(ma.Schema):
+    class Meta:
+        unknown = ma.EXCLUDE
+
+    idempotency_key = fields.String(
+        data_key="Idempotency-Key",
+        validate=validate.Length(min=1, max=200),
+        metadata={"description": "same key + same request → the same job (200); different request → 409"},
+    )
+
+
+class JobFilterSchema(ma.Schema):
+    """Filters shared by the list and the bulk actions."""
+
+    status = fields.List(fields.String(validate=validate.OneOf(STATUSES)), metadata={"description": "any of"})
+    kind = fields.String(validate=validate.Length(max=ID_MAX))
+    queue = fields.String(validate=validate.Length(max=ID_MAX))
+    owner = fields.String(validate=validate.Length(max=ID_MAX), metadata={"description": "owner id (admins only)"})
+    created_after = fields.AwareDateTime(default_timezone=None)
+    created_before = fields.AwareDateTime(default_timezone=None)
+    q = fields.String(validate=validate.Length(max=200), metadata={"description": "text search (id, kind, error)"})
+
+
+class JobListQuerySchema(JobFilterSchema):
+    class Meta:
+        unknown = ma.EXCLUDE
+
+    cursor = fields.String(validate=validate.Length(max=200))
+    limit = fields.Integer(load_default=50, validate=validate.Range(min=1, max=200))
+
+
+class BulkSchema(ma.Schema):
+    filter = fields.Nested(JobFilterSchema, load_default=dict)
+    dry_run = fields.Boolean(load_default=False, metadata={"description": "only count what would be affected"})
+    limit = fields.Integer(strict=True, load_default=500, validate=validate.Range(min=1, max=1000))
+
+
+class BulkResultSchema(ma.Schema):
+    dry_run = fields.Boolean(required=True)
+    matched = fields.Integer(required=True, metadata={"description": "jobs matching the filter"})
+    affected = fields.Integer(required=True, metadata={"description": "jobs the action changed (0 on a dry run)"})
+    skipped = fields.Integer(required=True, metadata={"description": "matching jobs the action does not apply to"})
+    job_ids = fields.List(fields.String(), required=True, metadata={"description": "changed (or new, for retry)"})
+
+
+class CancelResultSchema(ma.Schema):
+    outcome = fields.String(required=True, validate=validate.OneOf(("cancelled", "cancel_requested")))
+    job = fields.Nested(JobSchema, required=True)
+
+
+class EventSchema(ma.Schema):
+    sequence = fields.Integer(required=True)
+    type = fields.String(required=True)
+    data = fields.Dict(required=True)
+    created_at = fields.DateTime(required=True)
+
+
+class EventsQuerySchema(ma.Schema):
+    class Meta:
+        unknown = ma.EXCLUDE
+
+    after = fields.Integer(load_default=0, validate=validate.Range(min=0, max=2**62))
+    limit = fields.Integer(load_default=100, validate=validate.Range(min=1, max=500))
+
+
+class EventPageSchema(ma.Schema):
+    items = fields.List(fields.Nested(EventSchema), required=True)
+    next_after = fields.Integer(required=True, metadata={"description": "pass as `after` to read on"})
+
+
+class KindFieldSchema(ma.Schema):
+    name = fields.String(required=True)
+    type = fields.String(required=True)
+    required = fields.Boolean(required=True)
+    default = fields.Raw(allow_none=True)
+    help = fields.String()
+    choices = fields.List(fields.String())
+
+
+class KindSchema(ma.Schema):
+    name = fields.String(required=True)
+    title = fields.String(required=True)
+    description = fields.String()
+    queue = fields.String(required=True)
+    fields_ = fields.List(fields.Nested(KindFieldSchema), data_key="fields", attribute="fields", required=True)
+
+
+class QueueSchema(ma.Schema):
+    queue = fields.String(required=True)
+    ready = fields.Integer(required=True)
+    delayed = fields.Integer(required=True)
+    leased = fields.Integer(required=True)
+    dead = fields.Integer(required=True)
+    oldest_ready_age_s = fields.Float(allow_none=True, required=True, metadata={"description": "lag"})
+    paused = fields.Boolean(required=True)
+
+
+class PausedSchema(ma.Schema):
+    queue = fields.String(required=True)
+    paused = fields.Boolean(required=True)
+
+
+class DeadQuerySchema(ma.Schema):
+    class Meta:
+        unknown = ma.EXCLUDE
+
+    queue = fields.String(validate=validate.Length(max=ID_MAX))
+    after_id = fields.Integer(load_default=0, validate=validate.Range(min=0, max=2**62))
+    limit = fields.Integer(load_default=100, validate=validate.Range(min=1, max=500))
+
+
+class DeadLetterSchema(ma.Schema):
+    id = fields.Integer(required=True)
+    queue = fields.String(required=True)
+    message_id = fields.String(allow_none=True)
+    actor = fields.String(allow_none=True)
+    reason = fields.String(allow_none=True)
+    deliveries = fields.Integer(allow_none=True)
+    dead_at = fields.DateTime(allow_none=True)
+
+
+class ReplaySchema(ma.Schema):
+    queue = fields.String(required=True, validate=validate.Length(min=1, max=ID_MAX))
+    ids = fields.List(
+        fields.Integer(strict=True, validate=validate.Range(min=1, max=2**62)),
+        validate=validate.Length(max=1000),
+        metadata={"description": "dead-letter ids; omit to replay the whole queue"},
+    )
+
+
+class ReplayResultSchema(ma.Schema):
+    replayed = fields.Integer(required=True)
+
+
+class WorkerSchema(ma.Schema):
+    owner = fields.String(required=True)
+    host = fields.String(allow_none=True)
+    pid = fields.Integer(allow_none=True)
+    queues = fields.List(fields.String(), required=True)
+    started_at = fields.DateTime(allow_none=True)
+    heartbeat_at = fields.DateTime(allow_none=True)
+    leased = fields.Integer(required=True, metadata={"description": "messages in flight"})
+
+
+class ScheduleSchema(ma.Schema):
+    name = fields.String(required=True)
+    cron = fields.String(required=True)
+    kind = fields.String(allow_none=True)
+    next_fire_at = fields.DateTime(allow_none=True)
+    last_fire_at = fields.DateTime(allow_none=True)
+    paused = fields.Boolean(required=True)
+
+
+class ActivityQuerySchema(ma.Schema):
+    class Meta:
+        unknown = ma.EXCLUDE
+
+    minutes = fields.Integer(load_default=60, validate=validate.Range(min=5, max=24 * 60))
+
+
+class ActivityBucketSchema(ma.Schema):
+    start = fields.DateTime(required=True)
+    succeeded = fields.Integer(required=True)
+    failed = fields.Integer(required=True)
+    cancelled = fields.Integer(required=True)
+    wait_p50_s = fields.Float(allow_none=True)
+    run_p50_s = fields.Float(allow_none=True)
+    run_p95_s = fields.Float(allow_none=True)
+
+
+class ComponentSchema(ma.Schema):
+    ok = fields.Boolean(required=True)
+    detail = fields.String(required=True)
+
+
+class HealthSchema(ma.Schema):
+    status = fields.String(required=True)
+    components = fields.Dict(keys=fields.String(), values=fields.Nested(ComponentSchema))

@@ -1,0 +1,186 @@
+"""Who is calling: session cookies (UI), bearer tokens and HTTP Basic (API).
+
+- The UI logs people in with Flask-Login; every form and htmx request carries a CSRF token
+  (Flask-WTF's ``CSRFProtect``; htmx sends it in ``X-CSRFToken``).
+- The API accepts ``Authorization: Bearer tnr_…`` or ``Authorization: Basic …``, and also the
+  session cookie — but then unsafe methods need the CSRF header too, since browsers send cookies on
+  cross-site requests.
+- Credentials are only ever read from headers and the form body; never from the URL, never logged,
+  never echoed. Failures say "invalid credentials" and nothing more.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from flask import Blueprint, flash, g, redirect, render_template, request, session, url_for
+from flask_login import LoginManager, UserMixin, current_user, login_user, logout_user
+from flask_wtf import FlaskForm
+from flask_wtf.csrf import CSRFError, CSRFProtect
+from wtforms import PasswordField, StringField
+from wtforms.validators import DataRequired, Length
+
+from jobs import accounts
+
+from .errors import Forbidden, Unauthorized
+from .services import services
+
+login_manager = LoginManager()
+login_manager.login_view = "auth.login"
+login_manager.login_message = "Please log in."
+login_manager.session_protection = "strong"
+csrf = CSRFProtect()
+
+bp = Blueprint("auth", __name__)
+
+
+@dataclass(frozen=True, eq=False)
+class Identity(UserMixin):
+    """An authenticated caller and how they proved it (``session`` | ``token`` | ``basic``)."""
+
+    user: accounts.User
+    via: str = "session"
+
+    def get_id(self) -> str:
+        return str(self.user.id)
+
+    @property
+    def is_admin(self) -> bool:
+        return self.user.is_admin
+
+    @property
+    def scope(self) -> str | None:
+        """The owner whose jobs this caller sees; ``None`` means all (admins)."""
+        return None if self.user.is_admin else self.user.owner_id
+
+    @property
+    def key(self) -> str:
+        """A stable identity key (for per-identity limits)."""
+        return f"user:{self.user.id}"
+
+
+@login_manager.user_loader
+def _load_user(user_id: str) -> Identity | None:
+    try:
+        user = accounts.get_user(services().engine, int(user_id))
+    except ValueError:
+        return None
+    return Identity(user, "session") if user else None
+
+
+def _from_authorization_header() -> Identity | None | bool:
+    """The identity from ``Authorization``; ``False`` when the header is absent."""
+    header = request.headers.get("Authorization")
+    if not header:
+        return False
+    scheme, _, credentials = header.partition(" ")
+    credentials = credentials.strip()
+    engine = services().engine
+    if scheme.lower() == "bearer" and credentials:
+        touch = services().should_touch_token(hashlib.sha256(credentials.encode()).hexdigest())
+        user = accounts.authenticate_token(engine, credentials, touch=touch)
+        return Identity(user, "token") if user else None
+    if scheme.lower() == "basic" and credentials:
+        try:
+            decoded = base64.b64decode(credentials, validate=True).decode("utf-8")
+        except (binascii.Error, UnicodeDecodeError):
+            return None
+        username, sep, password = decoded.partition(":")
+        if not sep:
+            return None
+        user = accounts.authenticate(engine, username, password)
+        return Identity(user, "basic") if user else None
+    return None
+
+
+def resolve_identity() -> Identity | None:
+    """The caller of this request (cached in ``g``), or ``None``.
+
+    Raises: :class:`Unauthorized` when an ``Authorization`` header is present but wrong (a bad
+    header never falls back to the cookie).
+    """
+    if "identity" in g:
+        return g.identity
+    found = _from_authorization_header()
+    if found is None:
+        raise Unauthorized("Invalid credentials.")
+    if found is False:
+        found = current_user if current_user.is_authenticated else None
+    g.identity = found
+    return found
+
+
+def require_identity() -> Identity:
+    identity = resolve_identity()
+    if identity is None:
+        raise Unauthorized()
+    return identity
+
+
+def require_admin() -> Identity:
+    identity = require_identity()
+    if not identity.is_admin:
+        raise Forbidden("This needs the admin role.")
+    return identity
+
+
+def api_guard() -> None:
+    """``before_request`` of API blueprints: authenticate; session callers need CSRF on unsafe methods."""
+    identity = require_identity()
+    if identity.via == "session" and request.method not in ("GET", "HEAD", "OPTIONS"):
+        try:
+            csrf.protect()
+        except CSRFError as exc:
+            raise Forbidden("Missing or invalid CSRF token (send X-CSRFToken).") from exc
+
+
+def origin_allowed() -> bool:
+    """Whether the request's ``Origin`` (if any) is this host or a configured allowed origin."""
+    from flask import current_app
+
+    origin = request.headers.get("Origin")
+    if origin is None:
+        return True  # not a browser cross-site request (browsers always send Origin on WebSocket/CORS)
+    allowed = {o.rstrip("/") for o in current_app.config.get("TENURE_ALLOWED_ORIGINS", ())}
+    if origin.rstrip("/") in allowed:
+        return True
+    parts = urlsplit(origin)
+    return parts.netloc == request.host and parts.scheme in ("http", "https")
+
+
+class LoginForm(FlaskForm):
+    username = StringField("User name", validators=[DataRequired(), Length(max=64)])
+    password = PasswordField("Password", validators=[DataRequired(), Length(max=1024)])
+
+
+def _safe_next(target: str | None) -> str:
+    # Only local paths: an absolute URL here would be an open redirect.
+    if target and target.startswith("/") and not target.startswith("//") and "\\" not in target:
+        return target
+    return url_for("ui.jobs")
+
+
+@bp.route("/login", methods=["GET", "POST"])
+def login():
+    form = LoginForm()
+    if form.validate_on_submit():
+        user = accounts.authenticate(services().engine, form.username.data, form.password.data)
+        if user is None:
+            flash("Invalid user name or password.", "error")
+            return render_template("login.html", form=form), 401
+        session.clear()  # a fresh session on login: no fixation
+        login_user(Identity(user, "session"))
+        return redirect(_safe_next(request.args.get("next")))
+    return render_template("login.html", form=form), 400 if form.errors else 200
+
+
+@bp.route("/logout", methods=["POST"])
+def logout():
+    logout_user()
+    session.clear()
+    flash("You are logged out.", "info")
+    return redirect(url_for("auth.login"))

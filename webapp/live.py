@@ -1,0 +1,190 @@
+"""The live feed: job notices over WebSocket (``/api/v1/live``) and SSE (``/api/v1/live.sse``).
+
+Both transports serve the same stream (docs/api.md, "Live feed"):
+
+- ``hello`` {cursor, heartbeat_s} first; then ``notice`` {id, job_id, type, status, progress,
+  message} for every change the caller may see (admins: all jobs; users: their own), oldest first;
+  ``heartbeat`` {cursor} every ``LIVE_HEARTBEAT_S`` seconds; ``resync`` {reason, cursor} when the
+  requested cursor is older than what is retained (``cursor_expired``) or more than
+  ``LIVE_MAX_BACKLOG`` notices are pending (``behind``) — the client then re-reads the REST
+  snapshot and carries on from the given cursor.
+- Resume: ``?cursor=N`` (WebSocket or SSE) or ``Last-Event-ID: N`` (SSE) continues after N; nothing
+  in between is lost. The cursor in heartbeats advances past notices the caller may not see.
+- Everything is decided BEFORE the upgrade, as plain HTTP: 401 without valid credentials, 403 for a
+  cookie session from a foreign ``Origin`` (CSRF tokens do not cover WebSocket handshakes), 429 with
+  ``Retry-After`` when the process (``LIVE_MAX_CONNECTIONS``) or the identity
+  (``LIVE_MAX_PER_IDENTITY``) has no free slot.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from flask import Blueprint, Response, current_app, g, request, stream_with_context
+from flask_sock import Sock
+
+from .auth import origin_allowed, resolve_identity
+from .errors import Forbidden, Invalid, TooManyRequests, Unauthorized
+from .gateway import CursorExpired, JobsGateway
+from .services import services
+
+bp = Blueprint("live", __name__, url_prefix="/api/v1")
+sock = Sock()
+
+
+@dataclass
+class Feed:
+    """One subscriber's position in the notice stream; transport-independent."""
+
+    gateway: JobsGateway
+    scope: str | None
+    cursor: int | None
+    max_backlog: int
+    pending: list[dict[str, Any]] = field(default_factory=list)
+
+    def start(self) -> list[dict[str, Any]]:
+        head = self.gateway.head()
+        requested = self.cursor
+        if requested is None or requested > head:
+            # No cursor (or one from the future, e.g. after a database reset): start at the head.
+            self.cursor = head
+            messages = [self._hello()]
+            if requested is not None:
+                messages.append(self._resync("cursor_unknown", head))
+            return messages
+        return [self._hello(), *self.poll()]
+
+    def poll(self) -> list[dict[str, Any]]:
+        assert self.cursor is not None
+        try:
+            notices, scanned = self.gateway.notices(self.scope, after=self.cursor, limit=self.max_backlog + 1)
+        except CursorExpired as exc:
+            self.cursor = exc.head
+            return [self._resync("cursor_expired", exc.head)]
+        if len(notices) > self.max_backlog:
+            head = self.gateway.head()
+            self.cursor = head
+            return [self._resync("behind", head)]
+        messages = [
+            {
+                "type": "notice",
+                "id": n.id,
+                "job_id": n.job_id,
+                "kind": n.type,
+                "status": n.status,
+                "progress": n.progress,
+                "message": n.message,
+            }
+            for n in notices
+        ]
+        self.cursor = max(self.cursor, scanned)
+        return messages
+
+    def heartbeat(self) -> dict[str, Any]:
+        return {"type": "heartbeat", "cursor": self.cursor}
+
+    def _hello(self) -> dict[str, Any]:
+        return {"type": "hello", "cursor": self.cursor, "heartbeat_s": current_app.config["LIVE_HEARTBEAT_S"]}
+
+    @staticmethod
+    def _resync(reason: str, head: int) -> dict[str, Any]:
+        return {"type": "resync", "reason": reason, "cursor": head}
+
+
+def _parse_cursor() -> int | None:
+    raw = request.args.get("cursor")
+    if raw is None:
+        raw = request.headers.get("Last-Event-ID")
+    if raw is None or raw == "":
+        return None
+    if not raw.isdigit() or len(raw) > 18:
+        raise Invalid("cursor must be a non-negative integer.")
+    return int(raw)
+
+
+@bp.before_request
+def _admit() -> None:
+    """Authenticate, check Origin and take a connection slot — all before any upgrade."""
+    identity = resolve_identity()
+    if identity is None:
+        raise Unauthorized()
+    if identity.via == "session" and not origin_allowed():
+        raise Forbidden("Origin not allowed.")
+    g.live_cursor = _parse_cursor()
+    if not services().feed_limits.acquire(identity.key):
+        retry_after = str(int(current_app.config["LIVE_RETRY_AFTER_S"]))
+        raise TooManyRequests("Too many live connections.", headers={"Retry-After": retry_after})
+    g.live_slot = identity.key
+
+
+@bp.teardown_request
+def _release(_exc: BaseException | None) -> None:
+    # Runs when the WebSocket handler returns, or when the SSE stream ends (stream_with_context).
+    slot = g.pop("live_slot", None)
+    if slot is not None:
+        services().feed_limits.release(slot)
+
+
+def _feed() -> Feed:
+    return Feed(
+        gateway=services().jobs,
+        scope=g.identity.scope,
+        cursor=g.live_cursor,
+        max_backlog=int(current_app.config["LIVE_MAX_BACKLOG"]),
+    )
+
+
+@sock.route("/live", bp=bp)
+def live_ws(ws: Any) -> None:
+    """WebSocket transport: JSON text frames; client frames are ignored (the cursor travels in the URL)."""
+    feed = _feed()
+    poll_s = float(current_app.config["LIVE_POLL_S"])
+    beat_s = float(current_app.config["LIVE_HEARTBEAT_S"])
+    for message in feed.start():
+        ws.send(json.dumps(message))
+    last_beat = time.monotonic()
+    while True:
+        ws.receive(timeout=poll_s)  # raises ConnectionClosed when the client goes away
+        for message in feed.poll():
+            ws.send(json.dumps(message))
+        if time.monotonic() - last_beat >= beat_s:
+            ws.send(json.dumps(feed.heartbeat()))
+            last_beat = time.monotonic()
+
+
+def _sse(message: dict[str, Any]) -> str:
+    ident = message.get("id", message.get("cursor"))
+    head = f"id: {ident}\n" if ident is not None else ""
+    return f"{head}event: {message['type']}\ndata: {json.dumps(message)}\n\n"
+
+
+@bp.route("/live.sse")
+def live_sse() -> Response:
+    """Server-Sent Events transport (``curl -N``, ``EventSource``); resumes from ``Last-Event-ID``."""
+    feed = _feed()
+    poll_s = float(current_app.config["LIVE_POLL_S"])
+    beat_s = float(current_app.config["LIVE_HEARTBEAT_S"])
+
+    def stream() -> Iterator[str]:
+        yield "retry: 3000\n\n"
+        for message in feed.start():
+            yield _sse(message)
+        last_beat = time.monotonic()
+        while True:
+            time.sleep(poll_s)
+            for message in feed.poll():
+                yield _sse(message)
+            if time.monotonic() - last_beat >= beat_s:
+                # A write per heartbeat is also how a vanished client is noticed (GeneratorExit).
+                yield _sse(feed.heartbeat())
+                last_beat = time.monotonic()
+
+    return Response(
+        stream_with_context(stream()),
+        mimetype="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )

@@ -1,0 +1,287 @@
+"""The UI blueprint: server-rendered pages (Jinja + htmx), session login, CSRF on every form.
+
+Live updates: ``static/live.js`` listens to ``/api/v1/live`` and re-fetches the partial of each
+job a notice names (``data-live-src``); without the feed it polls every ``UI_POLL_S`` seconds.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from flask import Blueprint, current_app, flash, g, redirect, render_template, request, send_file, url_for
+from flask_login import login_required
+
+from jobs import accounts
+
+from ..errors import ApiError, Conflict, Invalid, JobNotFoundError
+from ..gateway import STATUSES, JobQuery
+from ..services import services
+from .forms import EmptyForm, TokenForm, payload_from, submit_form_for
+
+bp = Blueprint("ui", __name__, template_folder="../templates")
+
+PAGE_SIZE = 50
+
+
+@bp.before_request
+@login_required
+def _logged_in() -> None:
+    """Every UI page needs a session (login/logout live in the auth blueprint)."""
+    from flask_login import current_user
+
+    g.identity = current_user
+
+
+@bp.app_context_processor
+def _globals() -> dict[str, Any]:
+    return {"STATUSES": STATUSES, "now": datetime.now(UTC), "ui_poll_s": current_app.config["UI_POLL_S"]}
+
+
+@bp.app_template_filter("ago")
+def _ago(value: datetime | None) -> str:
+    if value is None:
+        return "—"
+    seconds = (datetime.now(UTC) - value).total_seconds()
+    if seconds < 0:
+        return "in " + _ago_span(-seconds)
+    return _ago_span(seconds) + " ago"
+
+
+def _ago_span(seconds: float) -> str:
+    for size, unit in ((86400, "d"), (3600, "h"), (60, "min")):
+        if seconds >= size:
+            return f"{int(seconds // size)} {unit}"
+    return f"{int(seconds)} s"
+
+
+@bp.app_template_filter("ts")
+def _ts(value: datetime | None) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%S UTC") if value else "—"
+
+
+def _is_htmx() -> bool:
+    return request.headers.get("HX-Request") == "true"
+
+
+def _filters() -> tuple[JobQuery, dict[str, Any]]:
+    """The list filters from the query string (invalid values are dropped, never a 500)."""
+    args = request.args
+    statuses = tuple(s for s in args.getlist("status") if s in STATUSES)
+    created_after = _parse_dt(args.get("created_after"))
+    created_before = _parse_dt(args.get("created_before"))
+    owner = (args.get("owner") or "").strip()[:100] if g.identity.is_admin else ""
+    query = JobQuery(
+        statuses=statuses,
+        kind=(args.get("kind") or "").strip()[:100] or None,
+        queue=(args.get("queue") or "").strip()[:100] or None,
+        owner_id=owner or None,
+        created_after=created_after,
+        created_before=created_before,
+        search=(args.get("q") or "").strip()[:200] or None,
+    )
+    shown = {
+        "status": statuses,
+        "kind": query.kind or "",
+        "queue": query.queue or "",
+        "owner": owner,
+        "q": query.search or "",
+        "created_after": args.get("created_after", "") if created_after else "",
+        "created_before": args.get("created_before", "") if created_before else "",
+    }
+    return query, shown
+
+
+def _parse_dt(raw: str | None) -> datetime | None:
+    if not raw:
+        return None
+    try:
+        value = datetime.fromisoformat(raw)
+    except ValueError:
+        return None
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+@bp.route("/")
+def index():
+    return redirect(url_for("ui.jobs"))
+
+
+@bp.route("/jobs")
+def jobs():
+    query, shown = _filters()
+    cursor = request.args.get("cursor") or None
+    page = services().jobs.list_jobs(g.identity.scope, query, cursor=cursor, limit=PAGE_SIZE)
+    kinds = services().jobs.kinds()
+    template = "_job_table.html" if _is_htmx() else "jobs.html"
+    args = {k: v for k, v in request.args.items(multi=True) if k != "cursor"}
+    next_url = (
+        url_for("ui.jobs", **{**request.args.to_dict(flat=False), "cursor": page.next_cursor})
+        if page.next_cursor
+        else None
+    )
+    return render_template(
+        template, page=page, filters=shown, kinds=kinds, form=EmptyForm(), next_url=next_url, args=args
+    )
+
+
+@bp.route("/jobs/<job_id>")
+def job(job_id: str):
+    record = services().jobs.get(g.identity.scope, job_id)
+    events = services().jobs.events(g.identity.scope, job_id, after=0, limit=500)
+    return render_template("job.html", job=record, events=events, form=EmptyForm())
+
+
+@bp.route("/jobs/<job_id>/panel")
+def job_panel(job_id: str):
+    """The live part of the detail page (status, progress, buttons, result, timeline)."""
+    record = services().jobs.get(g.identity.scope, job_id)
+    events = services().jobs.events(g.identity.scope, job_id, after=0, limit=500)
+    return render_template("_job_panel.html", job=record, events=events, form=EmptyForm())
+
+
+@bp.route("/jobs/<job_id>/row")
+def job_row(job_id: str):
+    record = services().jobs.get(g.identity.scope, job_id)
+    return render_template("_job_row.html", job=record)
+
+
+def _after_action(job_id: str):
+    if _is_htmx():
+        return job_panel(job_id)
+    return redirect(url_for("ui.job", job_id=job_id))
+
+
+@bp.route("/jobs/<job_id>/cancel", methods=["POST"])
+def cancel(job_id: str):
+    try:
+        _, outcome = services().jobs.cancel(g.identity.scope, job_id)
+        flash(
+            "Cancelled." if outcome == "cancelled" else "Cancel requested; the job stops at its next checkpoint.",
+            "info",
+        )
+    except Conflict as exc:
+        flash(exc.message, "error")
+    return _after_action(job_id)
+
+
+@bp.route("/jobs/<job_id>/retry", methods=["POST"])
+def retry(job_id: str):
+    try:
+        new = services().jobs.retry(g.identity.scope, job_id)
+    except Conflict as exc:
+        flash(exc.message, "error")
+        return _after_action(job_id)
+    flash(f"Retrying as job {new.id}.", "info")
+    return redirect(url_for("ui.job", job_id=new.id))
+
+
+@bp.route("/jobs/bulk", methods=["POST"])
+def bulk():
+    action = request.form.get("action")
+    ids = [i for i in request.form.getlist("ids") if i][:500]
+    if action not in ("cancel", "retry") or not ids:
+        flash("Select jobs and an action.", "error")
+        return redirect(url_for("ui.jobs"))
+    done = skipped = 0
+    for job_id in ids:
+        try:
+            if action == "cancel":
+                services().jobs.cancel(g.identity.scope, job_id)
+            else:
+                services().jobs.retry(g.identity.scope, job_id)
+            done += 1
+        except (Conflict, JobNotFoundError):
+            skipped += 1
+    verb = "Cancelled" if action == "cancel" else "Retried"
+    flash(f"{verb} {done} job(s)" + (f"; {skipped} skipped (not allowed in their status)." if skipped else "."), "info")
+    return redirect(
+        request.form.get("back") if (request.form.get("back") or "").startswith("/jobs") else url_for("ui.jobs")
+    )
+
+
+@bp.route("/jobs/<job_id>/files/<path:name>")
+def download(job_id: str, name: str):
+    path = services().jobs.output_file(g.identity.scope, job_id, name)
+    return send_file(path, as_attachment=True, download_name=path.name)
+
+
+@bp.route("/submit")
+def submit_index():
+    return render_template("submit_index.html", kinds=services().jobs.kinds())
+
+
+@bp.route("/submit/<kind_name>", methods=["GET", "POST"])
+def submit(kind_name: str):
+    kinds = {k.name: k for k in services().jobs.kinds()}
+    kind = kinds.get(kind_name)
+    if kind is None:
+        raise JobNotFoundError(f"No job kind named {kind_name!r}.")
+    form = submit_form_for(kind, request.form if request.method == "POST" else None)
+    status = 200
+    if request.method == "POST":
+        if form.validate():
+            try:
+                record, created = services().jobs.submit(
+                    owner_id=g.identity.user.owner_id,
+                    kind=kind.name,
+                    payload=payload_from(kind, form),
+                    idempotency_key=form.idempotency_key.data or None,
+                    priority=form.priority.data or 0,
+                    delay_s=form.delay_s.data or 0.0,
+                )
+            except Invalid as exc:
+                _attach_errors(form, exc)
+                status = 422
+            except Conflict as exc:
+                form.form_errors.append(exc.message)
+                status = 409
+            else:
+                flash(f"Submitted job {record.id}." if created else f"Already submitted as job {record.id}.", "info")
+                return redirect(url_for("ui.job", job_id=record.id))
+        else:
+            status = 422
+    return render_template("submit.html", kind=kind, form=form), status
+
+
+def _attach_errors(form: Any, exc: ApiError) -> None:
+    details = exc.details if isinstance(exc.details, dict) else {}
+    attached = False
+    for name, messages in details.items():
+        field = getattr(form, f"p_{name}", None)
+        if field is not None:
+            field.errors = list(field.errors) + [
+                str(m) for m in (messages if isinstance(messages, list) else [messages])
+            ]
+            attached = True
+    if not attached:
+        form.form_errors.append(exc.message)
+
+
+@bp.route("/tokens", methods=["GET", "POST"])
+def tokens():
+    form = TokenForm()
+    new_secret = None
+    if form.validate_on_submit():
+        _, new_secret = accounts.create_token(services().engine, g.identity.user.id, form.name.data)
+        form = TokenForm(formdata=None)
+    return render_template(
+        "tokens.html",
+        tokens=accounts.list_tokens(services().engine, g.identity.user.id),
+        form=form,
+        revoke_form=EmptyForm(),
+        new_secret=new_secret,
+    ), (200 if not form.errors else 422)
+
+
+@bp.route("/tokens/<int:token_id>/revoke", methods=["POST"])
+def revoke_token(token_id: int):
+    try:
+        accounts.revoke_token(services().engine, g.identity.user.id, token_id)
+        flash("Token revoked.", "info")
+    except accounts.TokenNotFound:
+        flash("No such active token.", "error")
+    return redirect(url_for("ui.tokens"))
+
+
+from . import ops  # noqa: E402,F401  (registers the operations pages on bp)

@@ -1,0 +1,94 @@
+"""Server-side SVG charts for the operations page (no chart library, no script)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from html import escape
+
+from markupsafe import Markup
+
+WIDTH, HEIGHT, PAD = 600, 160, 28
+
+
+def bar_chart(
+    title: str, labels: Sequence[str], series: Sequence[tuple[str, str, Sequence[float]]], *, unit: str = ""
+) -> Markup:
+    """Stacked bars: *series* is ``(name, css_class, values)``; one bar per label."""
+    n = max(1, len(labels))
+    totals = [sum(s[2][i] for s in series) for i in range(len(labels))]
+    top = max(totals, default=0) or 1
+    bar_w = (WIDTH - 2 * PAD) / n
+    parts = [_frame(title, top, unit)]
+    for i in range(len(labels)):
+        y = HEIGHT - PAD
+        for name, css, values in series:
+            h = (HEIGHT - 2 * PAD) * values[i] / top
+            if h > 0:
+                y -= h
+                parts.append(
+                    f'<rect class="{css}" x="{PAD + i * bar_w + 1:.1f}" y="{y:.1f}" width="{max(bar_w - 2, 1):.1f}" '
+                    f'height="{h:.1f}"><title>{escape(labels[i])} {escape(name)}: {values[i]:g}</title></rect>'
+                )
+    parts.append(_x_labels(labels))
+    parts.append(_legend([(name, css) for name, css, _ in series]))
+    return _svg(title, parts)
+
+
+def line_chart(
+    title: str, labels: Sequence[str], series: Sequence[tuple[str, str, Sequence[float | None]]], *, unit: str = ""
+) -> Markup:
+    """Lines with gaps where a value is ``None``."""
+    n = max(1, len(labels))
+    top = max((v for _, _, vs in series for v in vs if v is not None), default=0) or 1
+    step = (WIDTH - 2 * PAD) / max(1, n - 1)
+    parts = [_frame(title, top, unit)]
+    for name, css, values in series:
+        points = [
+            f"{PAD + i * step:.1f},{HEIGHT - PAD - (HEIGHT - 2 * PAD) * v / top:.1f}"
+            for i, v in enumerate(values)
+            if v is not None
+        ]
+        if points:
+            parts.append(
+                f'<polyline class="{css}" fill="none" points="{" ".join(points)}">'
+                f"<title>{escape(name)}</title></polyline>"
+            )
+    parts.append(_x_labels(labels))
+    parts.append(_legend([(name, css) for name, css, _ in series]))
+    return _svg(title, parts)
+
+
+def _frame(title: str, top: float, unit: str) -> str:
+    return (
+        f'<line class="axis" x1="{PAD}" y1="{HEIGHT - PAD}" x2="{WIDTH - PAD}" y2="{HEIGHT - PAD}"/>'
+        f'<text class="tick" x="2" y="{PAD}">{top:g}{escape(unit)}</text>'
+        f'<text class="tick" x="2" y="{HEIGHT - PAD}">0</text>'
+    )
+
+
+def _x_labels(labels: Sequence[str]) -> str:
+    if not labels:
+        return f'<text class="tick" x="{WIDTH / 2 - 40}" y="{HEIGHT / 2}">no data yet</text>'
+    return (
+        f'<text class="tick" x="{PAD}" y="{HEIGHT - 8}">{escape(labels[0])}</text>'
+        f'<text class="tick" text-anchor="end" x="{WIDTH - PAD}" y="{HEIGHT - 8}">{escape(labels[-1])}</text>'
+    )
+
+
+def _legend(items: Sequence[tuple[str, str]]) -> str:
+    out, x = [], PAD
+    for name, css in items:
+        out.append(
+            f'<rect class="{css}" x="{x}" y="4" width="10" height="10"/>'
+            f'<text class="tick" x="{x + 14}" y="13">{escape(name)}</text>'
+        )
+        x += 14 + 8 * len(name) + 16
+    return "".join(out)
+
+
+def _svg(title: str, parts: list[str]) -> Markup:
+    body = "".join(parts)
+    return Markup(
+        f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{escape(title)}" '
+        f'preserveAspectRatio="xMidYMid meet"><title>{escape(title)}</title>{body}</svg>'
+    )

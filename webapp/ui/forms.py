@@ -1,0 +1,72 @@
+"""WTForms for the UI; submit forms are built per kind from its :class:`~webapp.gateway.FieldSpec` list."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from flask_wtf import FlaskForm
+from wtforms import (
+    BooleanField,
+    FloatField,
+    HiddenField,
+    IntegerField,
+    SelectField,
+    StringField,
+    TextAreaField,
+)
+from wtforms.validators import DataRequired, InputRequired, Length, NumberRange, Optional
+
+from ..gateway import FieldSpec, KindInfo
+
+
+class TokenForm(FlaskForm):
+    name = StringField("Token name", validators=[DataRequired(), Length(max=100)])
+
+
+class EmptyForm(FlaskForm):
+    """Forms with nothing but the CSRF token (buttons)."""
+
+
+class SubmitBase(FlaskForm):
+    #: Generated when the form is shown: a double-click or a browser resubmit yields the same job.
+    idempotency_key = HiddenField()
+    priority = IntegerField("Priority", default=0, validators=[Optional(), NumberRange(min=0, max=255)])
+    delay_s = FloatField("Delay (seconds)", default=0, validators=[Optional(), NumberRange(min=0, max=30 * 86400)])
+
+
+def _field(spec: FieldSpec) -> Any:
+    label = spec.name.replace("_", " ").capitalize()
+    required = [InputRequired()] if spec.required else [Optional()]
+    kwargs = {"description": spec.help, "default": spec.default}
+    if spec.choices:
+        return SelectField(label, choices=[(c, c) for c in spec.choices], validators=required, **kwargs)
+    if spec.type == "integer":
+        return IntegerField(label, validators=required, **kwargs)
+    if spec.type == "number":
+        return FloatField(label, validators=required, **kwargs)
+    if spec.type == "boolean":
+        return BooleanField(label, validators=[Optional()], **kwargs)
+    if spec.type == "text":
+        return TextAreaField(label, validators=[*required, Length(max=20_000)], **kwargs)
+    return StringField(label, validators=[*required, Length(max=2_000)], **kwargs)
+
+
+def submit_form_for(kind: KindInfo, formdata: Any = None) -> SubmitBase:
+    """A form class with one field per payload input of *kind*, instantiated."""
+    attrs = {f"p_{spec.name}": _field(spec) for spec in kind.fields}
+    cls = type(f"Submit_{kind.name}", (SubmitBase,), attrs)
+    form = cls(formdata=formdata) if formdata is not None else cls()
+    if not form.idempotency_key.data:
+        form.idempotency_key.data = uuid.uuid4().hex
+    return form
+
+
+def payload_from(kind: KindInfo, form: SubmitBase) -> dict[str, Any]:
+    payload: dict[str, Any] = {}
+    for spec in kind.fields:
+        value = getattr(form, f"p_{spec.name}").data
+        if value is None or (value == "" and not spec.required):
+            continue
+        payload[spec.name] = value
+    return payload
