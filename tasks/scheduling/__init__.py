@@ -1,0 +1,70 @@
+"""Exactly-once schedules around periodiq (docs/schedules.md).
+
+Declare the periodiq way, with Tenure's declarations::
+
+    from tasks.scheduling import cron, every, install
+
+    install(broker)                      # before periodic actors are declared
+
+    @dramatiq.actor(periodic=cron("0 3 * * *", tz="Europe/Paris"))
+    def nightly_report(): ...
+
+    @dramatiq.actor(periodic=every(seconds=30, max_staleness_s=30))
+    def resync(): ...
+
+and run any number of ``periodiq tasks`` processes: each tick fires once. The web UI calls
+:func:`schedules`, :func:`pause`, :func:`resume` and :func:`run_now`.
+"""
+
+from __future__ import annotations
+
+import dramatiq
+from dramatiq.broker import Broker
+
+from .middleware import ScheduleMiddleware, install
+from .runtime import configure, scheduler_for
+from .scheduler import MESSAGE_OPTION, ScheduleNotFound, Scheduler, ScheduleView
+from .specs import CronSchedule, IntervalSchedule, Schedule, cron, every
+from .store import FireRecord
+
+
+def schedules(broker: Broker | None = None) -> list[ScheduleView]:
+    """Every schedule with its state (for the UI). Uses the global broker by default."""
+    return scheduler_for(broker or dramatiq.get_broker()).list()
+
+
+def pause(name: str, *, by: str | None = None, broker: Broker | None = None) -> bool:
+    """Pause schedule *name* everywhere; see :meth:`Scheduler.pause`."""
+    return scheduler_for(broker or dramatiq.get_broker()).pause(name, by=by)
+
+
+def resume(name: str, *, broker: Broker | None = None) -> bool:
+    """Resume schedule *name*; see :meth:`Scheduler.resume`."""
+    return scheduler_for(broker or dramatiq.get_broker()).resume(name)
+
+
+def run_now(name: str, *, by: str | None = None, broker: Broker | None = None) -> FireRecord:
+    """Fire schedule *name* once now; see :meth:`Scheduler.run_now`."""
+    return scheduler_for(broker or dramatiq.get_broker()).run_now(name, by=by)
+
+
+__all__ = [
+    "MESSAGE_OPTION",
+    "CronSchedule",
+    "FireRecord",
+    "IntervalSchedule",
+    "Schedule",
+    "ScheduleMiddleware",
+    "ScheduleNotFound",
+    "ScheduleView",
+    "Scheduler",
+    "configure",
+    "cron",
+    "every",
+    "install",
+    "pause",
+    "resume",
+    "run_now",
+    "scheduler_for",
+    "schedules",
+]

@@ -1,0 +1,350 @@
+"""The exactly-once scheduler: fires each tick of each schedule once, whatever the number of processes.
+
+Every ``periodiq`` process runs periodiq's own loop (sleep until the next date, then ask each
+``periodic`` option whether to send). Tenure's declarations answer those questions by calling this
+class (see ``specs.Schedule.validate``): on each wake it reads the schedule's row, asks the
+declaration's catch-up policy which ticks are due, and fires each in ONE transaction that
+
+1. moves the schedule's fence ``last_fire_ms`` past the tick (``store.schedule_claim_tick``; a row
+   lock / SQLite's write lock serialises competing schedulers, the loser matches no row),
+2. inserts the ``(schedule, fire_time)`` row, and
+3. enqueues the actor's message on the same connection (``SQLiteBroker.enqueue(connection=…)``).
+
+A scheduler killed mid-transaction leaves nothing behind, and another process fires the tick.
+With a broker that cannot join the transaction (Redis, RabbitMQ) the message is enqueued right
+after the commit: a crash in between loses that one tick (at most once), see docs/schedules.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from dramatiq.broker import Broker
+from sqlalchemy.engine import Engine
+
+from broker import SQLiteBroker
+from jobs import db
+from jobs.publish import prepare_broker
+
+from . import store
+from .specs import ON_TIME_S, Schedule, as_schedule
+from .store import FireRecord, ScheduleState
+
+logger = logging.getLogger(__name__)
+
+#: After a failed wake (database unavailable…), retry this soon, in milliseconds.
+RETRY_MS = 1_000
+#: Longest sleep between wakes, in milliseconds: bounds the effect of wall-clock steps.
+MAX_SLEEP_MS = 60_000
+#: Wake this long after a tick so that the tick is surely due, in milliseconds.
+WAKE_MARGIN_MS = 5
+#: Message option carrying the fire's identity to workers (and to ``max_staleness_s``).
+MESSAGE_OPTION = "tenure_schedule"
+
+Clock = Callable[[], int]
+
+
+def now_ms() -> int:
+    """Wall-clock epoch milliseconds (ticks are wall-clock instants)."""
+    return time.time_ns() // 1_000_000
+
+
+class ScheduleNotFound(LookupError):
+    """No periodic actor declares this schedule."""
+
+
+class _TickTaken(Exception):
+    """The fire row already exists: roll the transaction back."""
+
+
+@dataclass(frozen=True)
+class ScheduleView:
+    """A schedule as the UI shows it: its declaration and its state."""
+
+    name: str
+    actor_name: str | None
+    queue_name: str | None
+    spec: str
+    catchup: str | None
+    grace_s: float | None
+    jitter_s: float | None
+    max_staleness_s: float | None
+    declared: bool
+    paused: bool
+    paused_at: int | None
+    paused_by: str | None
+    last_fire_ms: int | None
+    next_fire_ms: int | None
+
+
+class Scheduler:
+    """Fires the periodic actors declared on *broker*, recording each fire in *engine*'s database.
+
+    Parameters:
+      broker: The broker the periodic actors are declared on (and messages go to).
+      engine: The database holding ``schedules`` / ``schedule_fires`` (with SQLiteBroker: its file).
+      clock: Epoch-ms clock; injected by tests to simulate downtime.
+      owner: Recorded in ``fired_by`` (default ``host:pid``).
+    """
+
+    def __init__(self, broker: Broker, engine: Engine, *, clock: Clock = now_ms, owner: str | None = None) -> None:
+        self.broker = broker
+        self.engine = engine
+        self.clock = clock
+        self.owner = owner or f"{socket.gethostname()}:{os.getpid()}"
+        self.transactional = isinstance(broker, SQLiteBroker) and engine.dialect.name == "sqlite"
+        # Per schedule: ticks at or before this instant were settled by this process (fired by us or
+        # by another process, or left out by the policy); only a newer tick needs a database read.
+        self._settled: dict[str, int] = {}
+        self._retry_at: dict[str, int] = {}
+
+    # -- declarations ------------------------------------------------------------------------------
+    def declared(self) -> dict[str, Schedule]:
+        """Schedules declared by the broker's periodic actors, by schedule name."""
+        found: dict[str, Schedule] = {}
+        for actor in list(self.broker.actors.values()):
+            value = actor.options.get("periodic")
+            if value is not None:
+                spec = as_schedule(value)
+                found[spec.schedule_name] = spec
+        return found
+
+    def get(self, name: str) -> Schedule:
+        """The declaration of schedule *name*.
+
+        Raises:
+          ScheduleNotFound: No periodic actor declares it.
+        """
+        spec = self.declared().get(name)
+        if spec is None:
+            raise ScheduleNotFound(name)
+        return spec
+
+    # -- periodiq's loop ---------------------------------------------------------------------------
+    def on_wake(self, spec: Schedule) -> None:
+        """Fire what is due for *spec*; errors are logged and retried soon (the loop must not die)."""
+        name = spec.schedule_name
+        now = self.clock()
+        if now < self._retry_at.get(name, 0):
+            return
+        try:
+            self.fire_due(spec, now)
+        except Exception:
+            self._retry_at[name] = now + RETRY_MS
+            logger.exception("Schedule %s: could not fire due ticks; retrying in %d ms.", name, RETRY_MS)
+        else:
+            self._retry_at.pop(name, None)
+
+    def wake_at(self, spec: Schedule) -> int:
+        """When periodiq should wake up for *spec* next (epoch ms)."""
+        name = spec.schedule_name
+        now = self.clock()
+        retry = self._retry_at.get(name)
+        if retry is not None:
+            return max(retry, now + WAKE_MARGIN_MS)
+        # From what this process settled, not from now: a tick that came due since the last wake
+        # must wake us at once rather than be coalesced into the next one.
+        nxt = spec.next_tick(self._settled.get(name, now))
+        if nxt is None:
+            return now + MAX_SLEEP_MS
+        return min(max(nxt, now) + WAKE_MARGIN_MS, now + MAX_SLEEP_MS)
+
+    # -- firing ------------------------------------------------------------------------------------
+    def fire_due(self, spec: Schedule, now: int | None = None) -> list[FireRecord]:
+        """Fire the ticks of *spec* that its policy says are due at *now*, each exactly once.
+
+        Parameters:
+          spec: A bound declaration.
+          now: Epoch ms (default: the clock).
+
+        Raises:
+          sqlalchemy.exc.SQLAlchemyError, dramatiq.errors.BrokerError: Database or broker trouble;
+            nothing of the failed tick was written.
+
+        Returns:
+          The fires this call made (ticks fired by other processes are not included).
+        """
+        now = self.clock() if now is None else now
+        name = spec.schedule_name
+        settled = self._settled.get(name)
+        if settled is not None:
+            nxt = spec.next_tick(settled)
+            if nxt is None or nxt > now:
+                return []
+        state = self._state(name)
+        if state is None:
+            # First sight of this schedule anywhere: anchor it now. Ticks before this instant were
+            # never owed, so a fresh start inside a matching minute fires nothing.
+            with db.write(self.engine) as tx:
+                store.schedule_ensure(tx.conn, name, now, spec.describe())
+            self._settled[name] = now
+            return []
+        fired: list[FireRecord] = []
+        if not state.paused:
+            for tick in spec.plan(lower_ms=state.lower_ms, now_ms=now):
+                record = self._fire(spec, tick, now)
+                if record is not None:
+                    fired.append(record)
+        self._settled[name] = now
+        return fired
+
+    def _fire(self, spec: Schedule, tick: int, now: int) -> FireRecord | None:
+        name = spec.schedule_name
+        cause = "schedule" if now - tick <= ON_TIME_S * 1000 else "catchup"
+        due = tick + spec.jitter_ms()
+        message = self._message(spec, tick, due, cause)
+        record = FireRecord(name, tick, cause, message.message_id, None, due, self.owner, now)
+        delay = max(0, due - now) or None
+        # The broker checks its schema in its own write transaction on first use: before ours.
+        prepare_broker(self.broker, message.queue_name)
+        try:
+            with db.write(self.engine) as tx:
+                if not store.schedule_claim_tick(tx.conn, name, tick, now):
+                    return None  # fired by another process (or paused meanwhile)
+                if not store.fire_insert(tx.conn, record):
+                    raise _TickTaken
+                if self.transactional:
+                    self.broker.enqueue(message, delay=delay, connection=tx.conn)
+        except _TickTaken:
+            return None
+        if not self.transactional:
+            self.broker.enqueue(message, delay=delay)
+        logger.info("Schedule %s fired tick %s (%s) as message %s.", name, _iso(tick), cause, message.message_id)
+        return record
+
+    def _message(self, spec: Schedule, tick: int, due: int, cause: str):  # type: ignore[no-untyped-def]
+        actor = self.broker.get_actor(spec.binding.actor_name)
+        info = {"name": spec.schedule_name, "fire_time": tick, "due_at": due, "cause": cause}
+        return actor.message_with_options(**{MESSAGE_OPTION: info})
+
+    def _state(self, name: str) -> ScheduleState | None:
+        with db.read(self.engine) as conn:
+            return store.schedule_get(conn, name)
+
+    # -- operators' API (the web UI calls these) ---------------------------------------------------
+    def run_now(self, name: str, *, by: str | None = None) -> FireRecord:
+        """Fire schedule *name* once, now, outside its ticks (works while paused; no jitter).
+
+        Raises:
+          ScheduleNotFound: No periodic actor declares it.
+
+        Returns:
+          The fire row (its ``fire_time`` is the request instant, never a whole second).
+        """
+        spec = self.get(name)
+        now = self.clock()
+        fire_time = now + 1 if now % 1000 == 0 else now
+        while True:
+            message = self._message(spec, fire_time, now, "manual")
+            prepare_broker(self.broker, message.queue_name)
+            record = FireRecord(name, fire_time, "manual", message.message_id, None, now, by or self.owner, now)
+            with db.write(self.engine) as tx:
+                store.schedule_ensure(tx.conn, name, now, spec.describe())
+                inserted = store.fire_insert(tx.conn, record)
+                if inserted and self.transactional:
+                    self.broker.enqueue(message, connection=tx.conn)
+            if inserted:
+                break
+            fire_time += 1 if (fire_time + 1) % 1000 else 2  # two requests in one millisecond
+        if not self.transactional:
+            self.broker.enqueue(message)
+        logger.info("Schedule %s run now by %s as message %s.", name, by or self.owner, message.message_id)
+        return record
+
+    def pause(self, name: str, *, by: str | None = None) -> bool:
+        """Stop firing *name* (in every scheduler process, from its next tick).
+
+        Raises:
+          ScheduleNotFound: No periodic actor declares it.
+
+        Returns:
+          False when it was already paused.
+        """
+        spec = self.get(name)
+        now = self.clock()
+        with db.write(self.engine) as tx:
+            store.schedule_ensure(tx.conn, name, now, spec.describe())
+            return store.schedule_set_paused(tx.conn, name, True, now, by)
+
+    def resume(self, name: str) -> bool:
+        """Fire *name* again from its next tick; ticks missed while paused never fire.
+
+        Raises:
+          ScheduleNotFound: No periodic actor declares it.
+
+        Returns:
+          False when it was not paused.
+        """
+        spec = self.get(name)
+        now = self.clock()
+        with db.write(self.engine) as tx:
+            store.schedule_ensure(tx.conn, name, now, spec.describe())
+            return store.schedule_set_paused(tx.conn, name, False, now, None)
+
+    def list(self) -> list[ScheduleView]:
+        """Every declared schedule plus any that is in the database but no longer declared."""
+        declared = self.declared()
+        with db.read(self.engine) as conn:
+            states = {s.name: s for s in store.schedule_list(conn)}
+        now = self.clock()
+        views = []
+        for name in sorted(set(declared) | set(states)):
+            spec, state = declared.get(name), states.get(name)
+            binding = spec.binding if spec is not None else None
+            views.append(
+                ScheduleView(
+                    name=name,
+                    actor_name=binding.actor_name if binding else None,
+                    queue_name=binding.queue_name if binding else None,
+                    spec=spec.describe() if spec is not None else (state.spec if state and state.spec else ""),
+                    catchup=spec.catchup if spec else None,
+                    grace_s=spec.grace_s if spec else None,
+                    jitter_s=spec.jitter_s if spec else None,
+                    max_staleness_s=spec.max_staleness_s if spec else None,
+                    declared=spec is not None,
+                    paused=bool(state and state.paused),
+                    paused_at=state.paused_at if state else None,
+                    paused_by=state.paused_by if state else None,
+                    last_fire_ms=state.last_fire_ms if state else None,
+                    next_fire_ms=spec.next_tick(now) if spec is not None else None,
+                )
+            )
+        return views
+
+    def fires(self, name: str | None = None, limit: int = 100) -> list[FireRecord]:
+        """Recorded fires, newest first, of one schedule or all."""
+        with db.read(self.engine) as conn:
+            return store.fire_list(conn, name, limit)
+
+    def refresh(self, now: int | None = None) -> int:
+        """Write every declared schedule's row, text and next tick (the view the UI and metrics read).
+
+        Returns:
+          How many schedules were refreshed.
+        """
+        now = self.clock() if now is None else now
+        declared = self.declared()
+        with db.write(self.engine) as tx:
+            for name, spec in declared.items():
+                store.schedule_ensure(tx.conn, name, now, spec.describe())
+                store.schedule_set_view(tx.conn, name, spec.describe(), spec.next_tick(now), now)
+        return len(declared)
+
+    def prune_fires(self, retention_s: float, now: int | None = None) -> int:
+        """Delete fire rows older than *retention_s*, keeping each schedule's latest.
+
+        Returns:
+          How many rows were deleted.
+        """
+        now = self.clock() if now is None else now
+        with db.write(self.engine) as tx:
+            return store.fire_prune(tx.conn, now - int(retention_s * 1000))
+
+
+def _iso(ms: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms / 1000)) + f".{ms % 1000:03d}Z"
