@@ -33,8 +33,22 @@ def _cjk_font_installed() -> bool:
     return bool(out.strip())
 
 
-def test_render_across_a_segment_boundary(session: RecordingSession, tmp_path: Path) -> None:
-    # Given a window from 4 s to 9 s: 2 s of segment 0, then 3 s of the truncated segment 1
+def _binaries() -> list:
+    import shutil
+
+    import imageio_ffmpeg
+
+    system = shutil.which("ffmpeg")
+    skip = pytest.mark.skip(reason="no system ffmpeg: run scripts/install_system_deps.sh")
+    return [
+        pytest.param(system, id="system-ffmpeg", marks=() if system else skip),
+        pytest.param(imageio_ffmpeg.get_ffmpeg_exe(), id="imageio-ffmpeg"),
+    ]
+
+
+@pytest.mark.parametrize("ffmpeg", _binaries())
+def test_render_across_a_segment_boundary(session: RecordingSession, tmp_path: Path, ffmpeg: str) -> None:
+    # Given a window from 4 s to 9 s: 2 s of segment 0, then 3 s of the truncated segment 1 (with either binary)
     boundary = session.segments[1].offset_s
     assert 4.0 < boundary < 9.0
     reports: list[float] = []
@@ -48,6 +62,7 @@ def test_render_across_a_segment_boundary(session: RecordingSession, tmp_path: P
         thumbnail=tmp_path / "1-thumb.jpg",
         options=SMALL,
         progress=lambda f, m: reports.append(f),
+        ffmpeg=ffmpeg,
     )
 
     # Then: a playable MP4 of the requested length, a thumbnail, monotonic progress ending at 1
