@@ -17,6 +17,7 @@ def main(argv: list[str] | None = None) -> int:
     check.add_argument("--url", help="database URL (default: TENURE_DATABASE_URL)")
     relay = sub.add_parser("relay", help="publish the outbox to the broker (needed when it is not SQLite)")
     relay.add_argument("--app", help="module declaring the job kinds and the broker (e.g. tasks)")
+    _add_users_parser(sub)
     args = parser.parse_args(argv)
 
     from jobs.errors import SchemaMismatch
@@ -47,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
         except SchemaMismatch as e:
             print(f"tenure: {e}", file=sys.stderr)
             return 1
+    if args.command == "users":
+        return _users_command(args, settings.database_url)
     if args.command == "relay":
         import importlib
 
@@ -57,6 +60,53 @@ def main(argv: list[str] | None = None) -> int:
         relay_forever(settings)
         return 0
     return 2
+
+
+def _add_users_parser(sub: argparse._SubParsersAction) -> None:
+    users = sub.add_parser("users", help="web app accounts")
+    users_sub = users.add_subparsers(dest="users_command", required=True)
+    create = users_sub.add_parser("create", help="create a user; prints a generated password once")
+    create.add_argument("name")
+    create.add_argument("--admin", action="store_true", help="role admin (default: user)")
+    create.add_argument(
+        "--password-stdin", action="store_true", help="read the password from stdin instead of generating one"
+    )
+    users_sub.add_parser("ensure-admin", help="create user 'admin' with a random password if no admin exists")
+
+
+def _users_command(args: argparse.Namespace, database_url: str) -> int:
+    """``tenure users …``: passwords are read from stdin or generated, never taken from argv."""
+    from sqlalchemy import inspect
+
+    from jobs import accounts
+    from jobs.db import make_engine
+
+    engine = make_engine(database_url)
+    try:
+        if not inspect(engine).has_table("users"):
+            print("tenure: the database has no accounts tables yet; run `tenure db upgrade` first", file=sys.stderr)
+            return 1
+        if args.users_command == "ensure-admin":
+            created = accounts.ensure_admin(engine)
+            if created is None:
+                print("an admin account exists")
+                return 0
+            user, password = created
+            print(f"Created admin account {user.username!r} with password: {password}")
+            print("Log in at the web app's /login page; this password is shown only once.")
+            return 0
+        password = sys.stdin.readline().rstrip("\n") if args.password_stdin else None
+        try:
+            user, password = accounts.create_user(engine, args.name, password, role="admin" if args.admin else "user")
+        except (accounts.AccountError, ValueError) as exc:
+            print(f"tenure: {exc}", file=sys.stderr)
+            return 1
+        print(f"created {user.role} {user.username!r}")
+        if not args.password_stdin:
+            print(f"password (shown once): {password}")
+        return 0
+    finally:
+        engine.dispose()
 
 
 if __name__ == "__main__":
