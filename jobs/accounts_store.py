@@ -30,17 +30,20 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
-    MetaData,
     String,
     Table,
+    false,
     func,
     insert,
     select,
     update,
 )
 
-#: The accounts tables' metadata (Alembic owns the real schema; tests may ``create_all`` this).
-metadata = MetaData()
+from . import models
+
+#: The job layer's metadata (naming convention included): Alembic's env targets it, so the accounts
+#: tables live on it too. Revision ``0002_accounts`` creates them.
+metadata = models.metadata
 
 users = Table(
     "users",
@@ -49,9 +52,9 @@ users = Table(
     Column("username", String(64), nullable=False, unique=True),
     Column("password_hash", String(255), nullable=False),
     Column("role", String(16), nullable=False),
-    Column("disabled", Boolean, nullable=False, default=False, server_default="0"),
+    Column("disabled", Boolean, nullable=False, default=False, server_default=false()),
     Column("created_at", BigInteger, nullable=False),
-    CheckConstraint("role IN ('admin', 'user')", name="ck_users_role"),
+    CheckConstraint("role IN ('admin', 'user')", name="role_known"),
 )
 
 api_tokens = Table(
@@ -65,7 +68,7 @@ api_tokens = Table(
     Column("created_at", BigInteger, nullable=False),
     Column("last_used_at", BigInteger, nullable=True),
     Column("revoked_at", BigInteger, nullable=True),
-    CheckConstraint("revoked_at IS NULL OR revoked_at >= created_at", name="ck_api_tokens_revoked_after_created"),
+    CheckConstraint("revoked_at IS NULL OR revoked_at >= created_at", name="revoked_after_created"),
     Index("ix_api_tokens_user_id", "user_id"),
 )
 

@@ -89,3 +89,35 @@ def test_cli_users(engine: Engine, monkeypatch: pytest.MonkeyPatch, capsys: pyte
     assert "a typed long password" not in capsys.readouterr().out
     assert accounts.authenticate(engine, "heidi", "a typed long password") is not None
     assert tenure_cli.main(["users", "create", "heidi", "--password-stdin"]) == 1
+
+
+def test_migration_0002_creates_the_accounts_tables(tmp_path: Path) -> None:
+    """Replaying the migrations up to 0002 gives the accounts tables exactly as the models declare them."""
+    from alembic import command
+    from alembic.autogenerate import compare_metadata
+    from alembic.runtime.migration import MigrationContext
+    from sqlalchemy import inspect
+
+    from jobs.accounts_store import api_tokens, users
+    from jobs.db import make_engine
+    from jobs.schema import alembic_config
+
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    command.upgrade(alembic_config(url), "0002")
+    engine = make_engine(url)
+    try:
+        with engine.connect() as conn:
+
+            def only_accounts(obj, name, type_, reflected, compare_to):  # type: ignore[no-untyped-def]
+                table = name if type_ == "table" else getattr(getattr(obj, "table", None), "name", None)
+                return table in ("users", "api_tokens")
+
+            ctx = MigrationContext.configure(conn, opts={"compare_type": True, "include_object": only_accounts})
+            assert compare_metadata(ctx, metadata) == []
+            checks = {c["name"] for t in ("users", "api_tokens") for c in inspect(conn).get_check_constraints(t)}
+        assert checks == {"ck_users_role_known", "ck_api_tokens_revoked_after_created"}
+        user, _ = accounts.create_user(engine, "ivan", role="admin")
+        assert accounts.create_token(engine, user.id, "t")[0].active
+    finally:
+        engine.dispose()
+    assert users.name == "users" and api_tokens.name == "api_tokens"
