@@ -6,6 +6,7 @@ Raw samples, never WAV through a pipe (ffmpeg's piped WAV header carries a bogus
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import av
@@ -52,7 +53,7 @@ def load_audio(path: Path, start_s: float = 0.0, end_s: float | None = None) -> 
         resampler = av.AudioResampler(format="flt", layout="mono", rate=SAMPLE_RATE)
         chunks: list[np.ndarray] = []
         begin: float | None = None  # file time of chunks[0][0]
-        for frame in container.decode(stream):
+        for frame in _frames(container, stream):
             if begin is None:
                 begin = (frame.time or origin) - origin
             for out in resampler.resample(frame):
@@ -66,3 +67,12 @@ def load_audio(path: Path, start_s: float = 0.0, end_s: float | None = None) -> 
     lo = max(0, round((start_s - begin) * SAMPLE_RATE))
     hi = None if end_s is None else max(lo, round((end_s - begin) * SAMPLE_RATE))
     return np.ascontiguousarray(samples[lo:hi], dtype=np.float32)
+
+
+def _frames(container, stream) -> Iterator[av.AudioFrame]:
+    """Decoded frames, skipping packets that do not decode (a crashed recorder cuts the last one short)."""
+    for packet in container.demux(stream):
+        try:
+            yield from packet.decode()
+        except av.error.InvalidDataError:
+            continue

@@ -20,8 +20,12 @@ import importlib
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..control import DomainError
+
+if TYPE_CHECKING:  # faster_whisper loads CTranslate2: import it only when a model is loaded
+    from faster_whisper import WhisperModel
 
 #: Packaged models: setting value → (module, function returning the model directory).
 PACKAGED_MODELS: dict[str, tuple[str, str]] = {
@@ -103,10 +107,10 @@ class ModelCache:
     def __init__(self, max_models: int = 1) -> None:
         self._max = max_models
         self._lock = threading.Lock()
-        self._models: dict[ModelConfig, object] = {}
+        self._models: dict[ModelConfig, WhisperModel] = {}
         self.loads = 0  # how many times a model was actually loaded (observable in tests)
 
-    def get(self, config: ModelConfig = ModelConfig()):  # noqa: B008 - frozen default
+    def get(self, config: ModelConfig = ModelConfig()) -> WhisperModel:  # noqa: B008 - frozen default
         """Return the loaded model for ``config``, loading it on first use.
 
         Parameters
@@ -143,7 +147,7 @@ class ModelCache:
         return len(self._models)
 
     @staticmethod
-    def _load(config: ModelConfig):
+    def _load(config: ModelConfig) -> WhisperModel:
         from faster_whisper import WhisperModel
 
         where = resolve_model(config.source, allow_download=config.allow_download)

@@ -10,11 +10,15 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..control import Cancelled, Progress, ShouldStop, clamp_fraction, never_stop, no_progress, raise_if_stopped
 from ..media.subtitles import Cue, to_srt
 from .audio import SAMPLE_RATE, load_audio
 from .model import MODELS, ModelConfig
+
+if TYPE_CHECKING:
+    from faster_whisper import WhisperModel
 
 
 class TranscriptionCancelled(Cancelled):
@@ -67,7 +71,7 @@ def transcribe(
     start_s: float = 0.0,
     end_s: float | None = None,
     model_config: ModelConfig = ModelConfig(),  # noqa: B008 - frozen default
-    model=None,
+    model: WhisperModel | None = None,
     language: str | None = "en",
     beam_size: int = 1,
     vad_filter: bool = True,

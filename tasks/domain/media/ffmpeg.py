@@ -16,9 +16,10 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from ..control import Cancelled, DomainError, Progress, ShouldStop, clamp_fraction, never_stop, no_progress
 
@@ -92,7 +93,7 @@ def parse_progress_time_s(block: dict[str, str]) -> float | None:
     return None
 
 
-def _read_progress(stream, blocks: queue.Queue[dict[str, str] | None]) -> None:
+def _read_progress(stream: IO[str], blocks: queue.Queue[dict[str, str] | None]) -> None:
     block: dict[str, str] = {}
     for line in stream:
         key, sep, value = line.strip().partition("=")
@@ -123,7 +124,7 @@ def run_ffmpeg(
     timeout_s: float | None = None,
     ffmpeg: str | None = None,
     poll_interval_s: float = DEFAULT_POLL_INTERVAL_S,
-    on_start=None,
+    on_start: Callable[[int], None] | None = None,
 ) -> FfmpegRun:
     """Run ffmpeg with live progress and cancellation.
 

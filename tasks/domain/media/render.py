@@ -20,7 +20,7 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -142,7 +142,7 @@ def render_clip(
     progress: Progress = no_progress,
     should_stop: ShouldStop = never_stop,
     ffmpeg: str | None = None,
-    on_ffmpeg_start=None,
+    on_ffmpeg_start: Callable[[int], None] | None = None,
 ) -> RenderResult:
     """Cut ``[start_s, end_s)`` of a session into an MP4, optionally with subtitles, danmaku and a thumbnail.
 

@@ -98,3 +98,11 @@ def test_missing_packaged_model_wheel_is_named(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setitem(PACKAGED_MODELS, "absent-model-wheel", ("absent_model_wheel_module", "get_model_path"))
     with pytest.raises(ModelUnavailable, match="pip install absent-model-wheel"):
         resolve_model("absent-model-wheel")
+
+
+def test_audio_of_a_truncated_segment_decodes_up_to_the_cut(recording: DemoRecording) -> None:
+    """A crashed recorder leaves a half-written last AAC packet; decoding skips it instead of failing."""
+    seg = recording.segments[1]
+    assert seg.truncated
+    samples = load_audio(seg.flv)
+    assert len(samples) / SAMPLE_RATE == pytest.approx(seg.written_duration_s, abs=0.1)
