@@ -82,6 +82,12 @@ WORKER_THREADS = Gauge(
     multiprocess_mode="livesum",
     registry=REGISTRY,
 )
+WEB_WORKERS = Gauge(
+    "tenure_web_workers",
+    "Web (gunicorn) worker processes serving Tenure (live processes only; set in gunicorn's post_fork).",
+    multiprocess_mode="livesum",
+    registry=REGISTRY,
+)
 LEASE_RENEWALS = Counter(
     "tenure_lease_renewals",
     "Leases renewed by the SQLite broker's heartbeat (one per held delivery per beat).",
