@@ -2,8 +2,10 @@
 
 ffmpeg runs in its own session (``start_new_session=True``), so cancellation, a timeout or any
 exception in the caller kills the whole process group with SIGKILL and reaps it: no ffmpeg process
-outlives :func:`run_ffmpeg`. Progress blocks are parsed on a reader thread and handed to the
-caller's ``progress`` callback on the caller's own thread (callbacks may touch a DB session).
+outlives :func:`run_ffmpeg`. If the worker process itself is SIGKILLed, a parent-death signal
+(``setpriv --pdeathsig``) ends ffmpeg too instead of leaving it encoding as an orphan. Progress
+blocks are parsed on a reader thread and handed to the caller's ``progress`` callback on the
+caller's own thread (callbacks may touch a DB session).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import queue
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -75,6 +78,18 @@ def ffmpeg_exe(explicit: str | os.PathLike[str] | None = None) -> str:
     except ImportError as exc:  # pragma: no cover - imageio-ffmpeg is a declared dependency
         raise FfmpegNotFound(FfmpegNotFound.__doc__) from exc
     return imageio_ffmpeg.get_ffmpeg_exe()
+
+
+def _death_signal_prefix() -> list[str]:
+    """``setpriv --pdeathsig KILL --`` where available (util-linux, Linux), else nothing.
+
+    ffmpeg runs in its own session so it can be killed as a group, which also means nothing kills
+    it when the worker itself is SIGKILLed: it would keep encoding, orphaned, into a scratch
+    directory nobody publishes. A parent-death signal ends it with its worker. ``setpriv`` sets it
+    and then execs ffmpeg (same pid); unlike ``preexec_fn`` this is safe in a threaded worker.
+    """
+    setpriv = shutil.which("setpriv") if sys.platform.startswith("linux") else None
+    return [setpriv, "--pdeathsig", "KILL", "--"] if setpriv else []
 
 
 def parse_progress_time_s(block: dict[str, str]) -> float | None:
@@ -157,7 +172,16 @@ def run_ffmpeg(
     FfmpegError
         Non-zero exit or timeout; the message carries the tail of ffmpeg's stderr.
     """
-    cmd = [ffmpeg_exe(ffmpeg), "-hide_banner", "-nostdin", "-y", "-loglevel", "error", "-nostats"]
+    cmd = [
+        *_death_signal_prefix(),
+        ffmpeg_exe(ffmpeg),
+        "-hide_banner",
+        "-nostdin",
+        "-y",
+        "-loglevel",
+        "error",
+        "-nostats",
+    ]
     cmd += ["-progress", "pipe:1", *args]
     started = time.monotonic()
     stderr_file = _TailFile()

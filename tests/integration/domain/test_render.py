@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -180,3 +182,45 @@ def test_progress_block_parsing() -> None:
     assert parse_progress_time_s({"out_time_us": "2500000"}) == 2.5
     assert parse_progress_time_s({"out_time_us": "N/A", "out_time_ms": "1000000"}) == 1.0  # ms is µs too
     assert parse_progress_time_s({"out_time_us": "N/A"}) is None
+
+
+def _alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie waiting for its reaper counts as dead)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+@pytest.mark.skipif(not Path("/usr/bin/setpriv").exists(), reason="needs util-linux setpriv (Linux)")
+def test_sigkill_of_the_worker_takes_ffmpeg_down_with_it(recording: DemoRecording, tmp_path: Path) -> None:
+    # Given a worker process in the middle of a slow render
+    script = f"""
+import sys
+from pathlib import Path
+from tasks.domain.recording.importer import import_recording
+from tasks.domain.media.render import RenderOptions, render_clip
+session = import_recording(Path({str(recording.folder)!r}))
+render_clip(session.segments, 0.0, session.duration_s, Path({str(tmp_path / "1-clip.mp4")!r}),
+            options=RenderOptions(width=1280, height=720, preset="veryslow"),
+            on_ffmpeg_start=lambda pid: print(pid, flush=True))
+"""
+    worker = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        ffmpeg_pid = int(worker.stdout.readline())
+        assert _alive(ffmpeg_pid)
+
+        # When the worker is SIGKILLed
+        worker.kill()
+        worker.wait(10)
+
+        # Then its ffmpeg dies too, and no clip was published (only the scratch dir the resync cleans)
+        deadline = time.monotonic() + 5
+        while _alive(ffmpeg_pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(ffmpeg_pid)
+        assert not (tmp_path / "1-clip.mp4").exists()
+    finally:
+        worker.kill()
+        worker.wait(10)
