@@ -134,6 +134,15 @@ class JobMiddleware(Middleware):
         self._ensure_process()
         return self._worker_id
 
+    def _track(self, ctx: JobContext) -> None:
+        """Heartbeat and time *ctx* while it runs."""
+        with self._lock:
+            self._running[id(ctx)] = ctx
+
+    def _untrack(self, ctx: JobContext) -> None:
+        with self._lock:
+            self._running.pop(id(ctx), None)
+
     def running(self) -> list[JobContext]:
         with self._lock:
             return list(self._running.values())
@@ -186,10 +195,7 @@ class JobMiddleware(Middleware):
             return
         if ctx is None:
             raise SkipMessage(f"job {job_id} is not claimable (duplicate, cancelled, finished or running elsewhere)")
-        ctx._kind = kind  # type: ignore[attr-defined]
         _local.ctx = ctx
-        with self._lock:
-            self._running[threading.get_ident()] = ctx
 
     def after_process_message(self, broker: Broker, message: Any, *, result: Any = None, exception: Any = None) -> None:
         self._release()
@@ -202,10 +208,10 @@ class JobMiddleware(Middleware):
         if ctx is None:
             return
         _local.ctx = None
-        with self._lock:
-            self._running.pop(threading.get_ident(), None)
 
     def _claim(self, broker: Broker, job_id: str) -> JobContext | None:
+        if self._broker is None:
+            self._broker = broker
         prepare_broker(broker)
         with db.write(self.engine) as tx:
             now = store.now_ms()
@@ -224,9 +230,11 @@ class JobMiddleware(Middleware):
                 now=now,
                 attempt=job.attempt,
             )
-        return JobContext(
+        ctx = JobContext(
             engine=self.engine, broker=broker, job=job, worker_id=self.worker_id, lease_ttl_ms=self.lease_ttl_ms
         )
+        ctx._kind = self.registry.find(job.kind)  # type: ignore[attr-defined]
+        return ctx
 
     def _fail_unknown(self, job_id: str, kind: str) -> None:
         error = f"no handler for kind {kind}"
@@ -433,8 +441,20 @@ def run_current_job() -> None:
     ctx = current_job()
     if ctx is None:
         raise RuntimeError("a job actor ran without JobMiddleware on its broker (add jobs.JobMiddleware)")
-    mw = _middleware_of(ctx)
+    run_job(_middleware_of(ctx), ctx)
+
+
+def run_job(mw: JobMiddleware, ctx: JobContext) -> None:
+    """Run the claimed attempt *ctx* in this thread and record its outcome through *mw*."""
     kind: Kind = ctx._kind  # type: ignore[attr-defined]
+    mw._track(ctx)
+    try:
+        _run_and_record(mw, ctx, kind)
+    finally:
+        mw._untrack(ctx)
+
+
+def _run_and_record(mw: JobMiddleware, ctx: JobContext, kind: Kind) -> None:
     outcome, value = "ok", None
     try:
         try:

@@ -107,14 +107,13 @@ class Registry:
                 run_current_job()
 
             actor_fn.__name__ = kind_name
+            target = broker or dramatiq.get_broker()
+            # Only options the broker's middleware knows (Dramatiq refuses others): no Retries on
+            # top of the job's own policy, and no TimeLimit under the job's own timeout.
+            wanted = {"max_retries": 0, "time_limit": ACTOR_TIME_LIMIT_MS}
+            options = {k: v for k, v in wanted.items() if k in target.actor_options}
             actor = dramatiq.actor(
-                actor_fn,
-                actor_name=kind_name,
-                queue_name=queue,
-                priority=priority,
-                broker=broker,
-                max_retries=0,
-                time_limit=ACTOR_TIME_LIMIT_MS,
+                actor_fn, actor_name=kind_name, queue_name=queue, priority=priority, broker=target, **options
             )
             k = Kind(
                 name=kind_name,

@@ -29,42 +29,41 @@ def alembic_config(url: str | None = None) -> Config:
     return cfg
 
 
+def head_revisions() -> frozenset[str]:
+    """The newest revision of every branch (parallel branches are allowed and all applied)."""
+    return frozenset(ScriptDirectory.from_config(alembic_config()).get_heads())
+
+
 def head_revision() -> str:
-    heads = ScriptDirectory.from_config(alembic_config()).get_heads()
-    if len(heads) != 1:
-        raise SchemaMismatch(f"the migrations have {len(heads)} heads; expected one")
-    return heads[0]
+    """The head revisions as one string (sorted, ``+``-joined when there are several branches)."""
+    return "+".join(sorted(head_revisions()))
 
 
 def known_revisions() -> set[str]:
     return {s.revision for s in ScriptDirectory.from_config(alembic_config()).walk_revisions()}
 
 
-def current_revision(engine: Engine) -> str | None:
-    """The revision recorded in the database (None: not migrated yet), read without writing."""
+def current_revisions(engine: Engine) -> frozenset[str]:
+    """The revisions recorded in the database (empty: not migrated yet), read without writing."""
     path = engine.url.database if engine.dialect.name == "sqlite" else None
     if path is not None:
         if not Path(path).exists():
-            return None
+            return frozenset()
         conn = sqlite3.connect(f"file:{Path(path).resolve()}?mode=ro", uri=True)
         try:
             exists = conn.execute(
                 "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'alembic_version'"
             ).fetchone()
-            if not exists:
-                return None
-            rows = conn.execute("SELECT version_num FROM alembic_version").fetchall()
+            rows = conn.execute("SELECT version_num FROM alembic_version").fetchall() if exists else []
         finally:
             conn.close()
-        if len(rows) > 1:
-            raise SchemaMismatch(f"{path} records {len(rows)} schema revisions; expected one")
-        return rows[0][0] if rows else None
+        return frozenset(r[0] for r in rows)
     with engine.connect() as conn:
-        return MigrationContext.configure(conn).get_current_revision()
+        return frozenset(MigrationContext.configure(conn).get_current_heads())
 
 
 def check_database_at_head(engine: Engine) -> str:
-    """Refuse to run against a database that is not at this code's head revision.
+    """Refuse to run against a database that is not at this code's head revision(s).
 
     Parameters:
       engine: The job database. Nothing is written to it.
@@ -74,22 +73,26 @@ def check_database_at_head(engine: Engine) -> str:
         does not know (a newer Tenure migrated it: upgrade Tenure, do not run this one against it).
 
     Returns:
-      The head revision.
+      The head revision(s).
     """
-    head = head_revision()
-    current = current_revision(engine)
+    heads = head_revisions()
+    current = current_revisions(engine)
     where = engine.url.render_as_string(hide_password=True)
-    if current == head:
-        return head
-    if current is None:
+    if current == heads:
+        return head_revision()
+    if not current:
         raise SchemaMismatch(f"{where} has no Tenure schema yet; run `tenure db upgrade` first")
-    if current not in known_revisions():
+    unknown = sorted(current - known_revisions())
+    if unknown:
         raise SchemaMismatch(
-            f"{where} is at schema revision {current!r}, which this version of Tenure does not know (its newest "
-            f"is {head!r}). It was probably migrated by a newer Tenure: upgrade this installation. "
-            "The database was left untouched."
+            f"{where} is at schema revision {'+'.join(unknown)!r}, which this version of Tenure does not know "
+            f"(its newest is {head_revision()!r}). It was probably migrated by a newer Tenure: upgrade this "
+            "installation. The database was left untouched."
         )
-    raise SchemaMismatch(f"{where} is at schema revision {current!r}, behind {head!r}; run `tenure db upgrade`")
+    raise SchemaMismatch(
+        f"{where} is at schema revision {'+'.join(sorted(current))!r}, behind {head_revision()!r}; "
+        "run `tenure db upgrade`"
+    )
 
 
 def upgrade(url: str) -> str:
@@ -107,13 +110,12 @@ def upgrade(url: str) -> str:
 
     engine = make_engine(url)
     try:
-        current = current_revision(engine)
-        if current is not None and current not in known_revisions():
-            check_database_at_head(engine)  # raises the explanatory error
+        if current_revisions(engine) - known_revisions():
+            check_database_at_head(engine)  # raises the explanatory error; nothing was written
         cfg = alembic_config(url)
         with engine.connect() as conn:
             cfg.attributes["connection"] = conn
-            command.upgrade(cfg, "head")
+            command.upgrade(cfg, "heads")
             conn.commit()
     finally:
         engine.dispose()

@@ -188,20 +188,23 @@ def job_list(
     limit: int,
 ) -> list[JobRow]:
     """Jobs newest first; ``owner_id=None`` lists every owner's; ``before`` is a (created_at, id) cursor."""
-    sql = (
-        f"SELECT {JOB_COLUMNS} FROM jobs WHERE (:owner IS NULL OR owner_id = :owner) "
-        "AND (:status IS NULL OR status = :status) AND (:kind IS NULL OR kind = :kind) "
-        "AND (:b_created IS NULL OR created_at < :b_created OR (created_at = :b_created AND id < :b_id)) "
-        "ORDER BY created_at DESC, id DESC LIMIT :limit"
-    )
-    params = {
-        "owner": owner_id,
-        "status": status,
-        "kind": kind,
-        "b_created": before[0] if before else None,
-        "b_id": before[1] if before else None,
-        "limit": limit,
-    }
+    # Only the filters in use appear in the SQL: PostgreSQL cannot type a parameter that is only
+    # ever compared with NULL, and a plain predicate uses the (owner_id, created_at) index.
+    where = ["1 = 1"]
+    params: dict[str, Any] = {"limit": limit}
+    if owner_id is not None:
+        where.append("owner_id = :owner")
+        params["owner"] = owner_id
+    if status is not None:
+        where.append("status = :status")
+        params["status"] = status
+    if kind is not None:
+        where.append("kind = :kind")
+        params["kind"] = kind
+    if before is not None:
+        where.append("(created_at < :b_created OR (created_at = :b_created AND id < :b_id))")
+        params["b_created"], params["b_id"] = before
+    sql = f"SELECT {JOB_COLUMNS} FROM jobs WHERE {' AND '.join(where)} ORDER BY created_at DESC, id DESC LIMIT :limit"
     return [r for r in map(_job, conn.execute(_q(sql), params).fetchall()) if r is not None]
 
 
