@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import shutil
 import sqlite3
 import statistics
 import subprocess
@@ -182,12 +183,10 @@ def main() -> int:
     server.shutdown()
     thread.join()
     broker.close()
-    if not args.keep and not args.db:
-        for suffix in ("", "-wal", "-shm"):
-            try:
-                os.remove(db + suffix)
-            except FileNotFoundError:
-                pass
+    if args.keep:
+        print(f"kept: {tmp}")
+    else:
+        shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 
