@@ -42,6 +42,8 @@ DEFAULTS: dict[str, Any] = {
     "TENURE_ALLOWED_ORIGINS": (),
     #: How often the UI polls when the live feed is unavailable.
     "UI_POLL_S": 30,
+    #: The module that declares the job kinds (imported at start so submit knows them).
+    "TASKS_MODULE": "tasks",
 }
 
 
@@ -84,6 +86,8 @@ def create_app(test_config: dict[str, Any] | None = None) -> Flask:
 
 
 def _build_services(app: Flask):  # type: ignore[no-untyped-def]
+    import importlib
+
     from .live_limits import FeedLimits
     from .services import Services, default_migrations_dir
 
@@ -95,13 +99,23 @@ def _build_services(app: Flask):  # type: ignore[no-untyped-def]
         settings = Settings.from_env()
     engine = cfg.get("TENURE_ENGINE")
     if engine is None:
-        engine = _make_engine(settings)
+        from jobs import check_database_at_head, make_engine
+
+        engine = make_engine(settings.database_url, busy_timeout_ms=settings.sqlite_busy_timeout_ms)
+        check_database_at_head(engine)  # refuse an unknown or newer schema at start, like every process
+    gateway = cfg.get("TENURE_JOBS")
     broker = cfg.get("TENURE_BROKER")
+    if gateway is None and cfg.get("TASKS_MODULE"):
+        # The job kinds (and their actors, on the broker the module sets) must be known to submit.
+        importlib.import_module(cfg["TASKS_MODULE"])
+        if broker is None:
+            import dramatiq
+
+            broker = dramatiq.get_broker()
     if broker is None:
         from broker import make_broker
 
         broker = make_broker(settings.broker_url)
-    gateway = cfg.get("TENURE_JOBS")
     if gateway is None:
         from .jobs_adapter import JobLayerGateway
 
@@ -115,27 +129,6 @@ def _build_services(app: Flask):  # type: ignore[no-untyped-def]
         output_root=Path(getattr(settings, "output_root", "var/outputs")),
         migrations_dir=cfg.get("TENURE_MIGRATIONS_DIR", default_migrations_dir()),
     )
-
-
-def _make_engine(settings: Any):  # type: ignore[no-untyped-def]
-    try:
-        from jobs.db import make_engine  # the job layer's engine factory, when it exists
-    except ImportError:
-        make_engine = None
-    if make_engine is not None:
-        return make_engine(settings)
-    from sqlalchemy import create_engine, event
-
-    engine = create_engine(settings.database_url)
-    if engine.dialect.name == "sqlite":
-
-        @event.listens_for(engine, "connect")
-        def _pragmas(dbapi_conn, _record):  # type: ignore[no-untyped-def]
-            dbapi_conn.execute("PRAGMA journal_mode=WAL")
-            dbapi_conn.execute(f"PRAGMA busy_timeout={int(settings.sqlite_busy_timeout_ms)}")
-            dbapi_conn.execute("PRAGMA foreign_keys=ON")
-
-    return engine
 
 
 class _NoCredentials(logging.Filter):

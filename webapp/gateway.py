@@ -178,11 +178,12 @@ class JobsGateway(Protocol):
 
     def events(self, scope: str | None, job_id: str, *, after: int, limit: int) -> list[EventView]: ...
 
-    def cancel(self, scope: str | None, job_id: str) -> tuple[JobView, str]:
-        """Returns (job, outcome) with outcome ``cancelled`` or ``cancel_requested``; Conflict when finished."""
+    def cancel(self, scope: str | None, job_id: str, *, by: str | None = None) -> tuple[JobView, str]:
+        """Returns (job, outcome) with outcome ``cancelled`` or ``cancel_requested``; Conflict when finished.
+        *by* is the acting user's owner id (recorded in the job's events)."""
         ...
 
-    def retry(self, scope: str | None, job_id: str) -> JobView:
+    def retry(self, scope: str | None, job_id: str, *, by: str | None = None) -> JobView:
         """The NEW job. Conflict when the job's status does not allow a retry."""
         ...
 

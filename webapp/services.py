@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import os
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,61 +40,27 @@ class Services:
         return True
 
     # -- readiness ------------------------------------------------------------------------------
-    def readiness(self) -> dict[str, dict[str, Any]]:
-        """Each component's state: ``{"ok": bool, "detail": str}`` (never a URL or a secret)."""
-        try:
-            from monitoring import health as monitoring_health  # optional: the monitoring layer's checks
-        except ImportError:
-            monitoring_health = None
-        checks = getattr(monitoring_health, "readiness_checks", None)
-        if checks is not None:
-            try:
-                return {name: {"ok": bool(ok), "detail": str(detail)} for name, (ok, detail) in checks(self).items()}
-            except Exception:  # fall back to ours rather than failing the probe on a bug elsewhere
-                pass
-        return {"database": self._check_database(), "broker": self._check_broker(), "output": self._check_output()}
+    def readiness(self) -> Any:
+        """Run the readiness checks of :mod:`monitoring.health` (each bounded by its timeout)."""
+        from monitoring import health
 
-    def _check_database(self) -> dict[str, Any]:
-        try:
-            with self.engine.connect() as conn:
-                current = {row[0] for row in conn.execute(text("SELECT version_num FROM alembic_version"))}
-        except Exception as exc:
-            return {"ok": False, "detail": f"cannot read the schema revision ({type(exc).__name__})"}
-        heads = self._alembic_heads()
-        if heads is None:
-            return {"ok": bool(current), "detail": f"revision {', '.join(sorted(current)) or 'none'}"}
-        if current != heads:
-            return {"ok": False, "detail": f"at {sorted(current)}, head is {sorted(heads)}"}
-        return {"ok": True, "detail": f"at head {', '.join(sorted(heads))}"}
-
-    def _alembic_heads(self) -> set[str] | None:
-        if self.migrations_dir is None or not (self.migrations_dir / "env.py").exists():
-            return None
-        from alembic.config import Config
-        from alembic.script import ScriptDirectory
-
-        config = Config()
-        config.set_main_option("script_location", str(self.migrations_dir))
-        return set(ScriptDirectory.from_config(config).get_heads())
-
-    def _check_broker(self) -> dict[str, Any]:
-        try:
-            if hasattr(self.broker, "stats"):
-                self.broker.stats()
-            else:
-                self.broker.get_declared_queues()
-        except Exception as exc:
-            return {"ok": False, "detail": f"unreachable ({type(exc).__name__})"}
-        return {"ok": True, "detail": type(self.broker).__name__}
-
-    def _check_output(self) -> dict[str, Any]:
         try:
             self.output_root.mkdir(parents=True, exist_ok=True)
-            with tempfile.NamedTemporaryFile(dir=self.output_root, prefix=".ready-"):
-                pass
-        except OSError as exc:
-            return {"ok": False, "detail": f"not writable ({exc.strerror or type(exc).__name__})"}
-        return {"ok": True, "detail": "writable"}
+        except OSError:
+            pass  # the output_dir check reports it
+        checks = health.standard_checks(
+            broker=self.broker, database=self._database_at_head, output_dir=self.output_root
+        )
+        return health.ready(checks)
+
+    def _database_at_head(self) -> str:
+        if self.migrations_dir is None:  # tests without migrations: reachability only
+            with self.engine.connect() as conn:
+                conn.execute(text("SELECT 1"))
+            return "reachable"
+        from jobs.schema import check_database_at_head
+
+        return f"at revision {check_database_at_head(self.engine)}"
 
 
 def services() -> Services:

@@ -165,7 +165,7 @@ class FakeJobs:
             self._visible(scope, job_id)
             return [e for e in self.job_events.get(job_id, []) if e.sequence > after][:limit]
 
-    def cancel(self, scope, job_id):  # type: ignore[no-untyped-def]
+    def cancel(self, scope, job_id, *, by=None):  # type: ignore[no-untyped-def]
         with self._lock:
             job = self._visible(scope, job_id)
         if job.status == "queued":
@@ -174,7 +174,7 @@ class FakeJobs:
             return self.advance(job_id, cancel_requested=True), "cancel_requested"
         raise Conflict(f"The job already finished ({job.status}).")
 
-    def retry(self, scope, job_id):  # type: ignore[no-untyped-def]
+    def retry(self, scope, job_id, *, by=None):  # type: ignore[no-untyped-def]
         with self._lock:
             job = self._visible(scope, job_id)
             payload = self.payloads[job_id]

@@ -17,17 +17,19 @@ blp = Blueprint("health", __name__, url_prefix="/api/health", description="Liven
 @blp.doc(security=[])
 def live():
     """The process is up (no auth, no dependencies)."""
-    return {"status": "ok"}
+    return {"status": "ok", "components": {}}
 
 
 @blp.route("/ready")
 @blp.response(200, HealthSchema)
 @blp.alt_response(503, schema=HealthSchema, description="a component is failing")
 def ready():
-    """Database at the head revision, broker reachable, output directory writable (503 otherwise)."""
-    require_identity()
-    components = services().readiness()
-    ok = all(c["ok"] for c in components.values())
-    response = jsonify({"status": "ready" if ok else "unavailable", "components": components})
-    response.status_code = 200 if ok else 503
+    """Database at the head revision, broker reachable, output directory writable (503 otherwise).
+
+    Every caller sees each component's status (so the failing one is named); admins also see details.
+    """
+    identity = require_identity()
+    report = services().readiness()
+    response = jsonify(report.to_dict(details=identity.is_admin))
+    response.status_code = report.http_status
     return response

@@ -111,7 +111,8 @@ class JobCancel(MethodView):
     @blp.alt_response(409, schema=None, description="the job already finished")
     def post(self, job_id: str):
         """Cancel: a queued job ends at once; a running one at its next checkpoint."""
-        job, outcome = services().jobs.cancel(require_identity().scope, _job_id(job_id))
+        identity = require_identity()
+        job, outcome = services().jobs.cancel(identity.scope, _job_id(job_id), by=identity.user.owner_id)
         return {"outcome": outcome, "job": job}
 
 
@@ -121,7 +122,8 @@ class JobRetry(MethodView):
     @blp.alt_response(409, schema=None, description="the job's status does not allow a retry")
     def post(self, job_id: str):
         """Retry a failed, cancelled or interrupted job as a NEW job (``retry_of_job_id`` set)."""
-        return services().jobs.retry(require_identity().scope, _job_id(job_id))
+        identity = require_identity()
+        return services().jobs.retry(identity.scope, _job_id(job_id), by=identity.user.owner_id)
 
 
 @blp.route("/jobs/<job_id>/events")
@@ -163,9 +165,9 @@ def run_bulk(action: str, args: dict[str, Any]) -> dict[str, Any]:
     for job in candidates:
         try:
             if action == "cancel":
-                changed.append(gateway.cancel(identity.scope, job.id)[0].id)
+                changed.append(gateway.cancel(identity.scope, job.id, by=identity.user.owner_id)[0].id)
             else:
-                changed.append(gateway.retry(identity.scope, job.id).id)
+                changed.append(gateway.retry(identity.scope, job.id, by=identity.user.owner_id).id)
         except (Conflict, JobNotFoundError):
             continue  # finished or vanished meanwhile: counted as skipped
     return {

@@ -236,10 +236,11 @@ class ActivityBucketSchema(ma.Schema):
 
 
 class ComponentSchema(ma.Schema):
-    ok = fields.Boolean(required=True)
-    detail = fields.String(required=True)
+    status = fields.String(required=True, validate=validate.OneOf(("ok", "fail")))
+    detail = fields.String(allow_none=True, metadata={"description": "admins only"})
+    duration_ms = fields.Float(metadata={"description": "admins only"})
 
 
 class HealthSchema(ma.Schema):
-    status = fields.String(required=True)
+    status = fields.String(required=True, validate=validate.OneOf(("ok", "fail")))
     components = fields.Dict(keys=fields.String(), values=fields.Nested(ComponentSchema))

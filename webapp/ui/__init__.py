@@ -155,7 +155,7 @@ def _after_action(job_id: str):
 @bp.route("/jobs/<job_id>/cancel", methods=["POST"])
 def cancel(job_id: str):
     try:
-        _, outcome = services().jobs.cancel(g.identity.scope, job_id)
+        _, outcome = services().jobs.cancel(g.identity.scope, job_id, by=g.identity.user.owner_id)
         flash(
             "Cancelled." if outcome == "cancelled" else "Cancel requested; the job stops at its next checkpoint.",
             "info",
@@ -168,7 +168,7 @@ def cancel(job_id: str):
 @bp.route("/jobs/<job_id>/retry", methods=["POST"])
 def retry(job_id: str):
     try:
-        new = services().jobs.retry(g.identity.scope, job_id)
+        new = services().jobs.retry(g.identity.scope, job_id, by=g.identity.user.owner_id)
     except Conflict as exc:
         flash(exc.message, "error")
         return _after_action(job_id)
@@ -187,9 +187,9 @@ def bulk():
     for job_id in ids:
         try:
             if action == "cancel":
-                services().jobs.cancel(g.identity.scope, job_id)
+                services().jobs.cancel(g.identity.scope, job_id, by=g.identity.user.owner_id)
             else:
-                services().jobs.retry(g.identity.scope, job_id)
+                services().jobs.retry(g.identity.scope, job_id, by=g.identity.user.owner_id)
             done += 1
         except (Conflict, JobNotFoundError):
             skipped += 1
