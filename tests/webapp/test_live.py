@@ -1,0 +1,176 @@
+"""The live feed against a real server (werkzeug on 127.0.0.1:0) with real WebSocket/SSE clients."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from collections.abc import Iterator
+
+import pytest
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect
+from werkzeug.serving import make_server
+
+from .conftest import login
+
+
+@pytest.fixture()
+def server(app) -> Iterator[str]:  # type: ignore[no-untyped-def]
+    srv = make_server("127.0.0.1", 0, app, threaded=True)
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    yield f"127.0.0.1:{srv.server_port}"
+    srv.shutdown()
+    thread.join(5)
+
+
+def _ws(server: str, headers: dict[str, str], query: str = ""):  # type: ignore[no-untyped-def]
+    headers = dict(headers)
+    agent = headers.pop("User-Agent", None)
+    extra = {"user_agent_header": agent} if agent else {}
+    return connect(f"ws://{server}/api/v1/live{query}", additional_headers=headers, open_timeout=5, **extra)
+
+
+def _next(ws, type_: str = "notice", timeout: float = 5.0) -> dict:  # type: ignore[no-untyped-def]
+    while True:
+        message = json.loads(ws.recv(timeout=timeout))
+        if message["type"] in (type_, "resync") or type_ == "any":
+            return message
+
+
+def _submit(fake, person, text="x"):  # type: ignore[no-untyped-def]
+    return fake.submit(
+        owner_id=person.user.owner_id, kind="echo", payload={"text": text}, idempotency_key=None, priority=0, delay_s=0
+    )[0]
+
+
+def test_resume_after_cursor_loses_nothing(server, fake_jobs, alice):  # type: ignore[no-untyped-def]
+    with _ws(server, alice.bearer) as ws:
+        hello = _next(ws, "hello")
+        assert hello["cursor"] == 0 and hello["heartbeat_s"] == 10
+        first = [_submit(fake_jobs, alice, str(i)).id for i in range(3)]
+        got = [_next(ws) for _ in range(3)]
+    assert [m["job_id"] for m in got] == first and all(m["status"] == "queued" for m in got)
+    cursor = got[-1]["id"]
+    # While disconnected: new jobs and status changes.
+    later = [_submit(fake_jobs, alice, f"later{i}").id for i in range(3)]
+    fake_jobs.advance(first[0], status="running", progress=0.25)
+    fake_jobs.advance(first[0], progress=0.5)
+    with _ws(server, alice.bearer, f"?cursor={cursor}") as ws:
+        assert _next(ws, "hello")["cursor"] == cursor
+        resumed = [_next(ws) for _ in range(5)]
+    assert [m["job_id"] for m in resumed] == [*later, first[0], first[0]]
+    assert [m["id"] for m in resumed] == list(range(cursor + 1, cursor + 6))
+    assert resumed[3]["kind"] == "status" and resumed[4]["progress"] == 0.5
+
+
+def test_too_old_cursor_gets_resync(app, server, fake_jobs, alice):  # type: ignore[no-untyped-def]
+    fake_jobs.retain = 5
+    for i in range(20):
+        _submit(fake_jobs, alice, str(i))
+    with _ws(server, alice.bearer, "?cursor=3") as ws:
+        _next(ws, "hello")
+        resync = _next(ws, "resync")
+    assert resync == {"type": "resync", "reason": "cursor_expired", "cursor": 20}
+
+
+def test_falling_behind_gets_resync(app, server, fake_jobs, alice):  # type: ignore[no-untyped-def]
+    app.config["LIVE_MAX_BACKLOG"] = 5
+    _submit(fake_jobs, alice)
+    for i in range(10):
+        _submit(fake_jobs, alice, str(i))
+    with _ws(server, alice.bearer, "?cursor=1") as ws:
+        _next(ws, "hello")
+        assert _next(ws, "resync") == {"type": "resync", "reason": "behind", "cursor": 11}
+
+
+def test_fifth_connection_of_one_identity_gets_429(server, alice, bob):  # type: ignore[no-untyped-def]
+    with contextlib.ExitStack() as stack:
+        held = [stack.enter_context(_ws(server, alice.bearer)) for _ in range(4)]
+        for ws in held:
+            _next(ws, "hello")
+        with pytest.raises(InvalidStatus) as refused:
+            with _ws(server, alice.bearer):
+                pass
+        assert refused.value.response.status_code == 429
+        assert refused.value.response.headers["Retry-After"] == "5"
+        with _ws(server, bob.bearer) as other:  # another identity still gets in
+            _next(other, "hello")
+        held[0].close()
+        for _ in range(100):  # the slot is released when the server side notices the close
+            try:
+                with _ws(server, alice.bearer) as again:
+                    _next(again, "hello")
+                break
+            except InvalidStatus:
+                threading.Event().wait(0.05)
+        else:
+            pytest.fail("the closed connection's slot was never released")
+
+
+@pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer tnr_nope"}, {"Authorization": "Basic bm86bm8="}])
+def test_unauthenticated_handshake_gets_401(server, headers):  # type: ignore[no-untyped-def]
+    with pytest.raises(InvalidStatus) as refused:
+        with _ws(server, headers):
+            pass
+    assert refused.value.response.status_code == 401
+
+
+def test_cookie_session_needs_same_origin(app, server, alice):  # type: ignore[no-untyped-def]
+    client = app.test_client()
+    # Flask-Login's "strong" session protection binds the session to the user agent (and address).
+    client.environ_base["HTTP_USER_AGENT"] = "tenure-tests"
+    login(client, alice)
+    cookie = client.get_cookie("session")
+    headers = {"Cookie": f"session={cookie.value}", "User-Agent": "tenure-tests"}
+    with pytest.raises(InvalidStatus) as refused:
+        with _ws(server, {**headers, "Origin": "http://evil.example"}):
+            pass
+    assert refused.value.response.status_code == 403
+    with _ws(server, {**headers, "Origin": f"http://{server}"}) as ws:
+        assert _next(ws, "hello")["type"] == "hello"
+
+
+def test_users_see_only_their_jobs_admins_everything(server, fake_jobs, alice, bob, root):  # type: ignore[no-untyped-def]
+    with _ws(server, alice.bearer) as a, _ws(server, root.bearer) as r:
+        _next(a, "hello")
+        _next(r, "hello")
+        theirs = _submit(fake_jobs, bob, "b")
+        mine = _submit(fake_jobs, alice, "a")
+        assert _next(a)["job_id"] == mine.id  # bob's notice was skipped
+        assert [_next(r)["job_id"] for _ in range(2)] == [theirs.id, mine.id]
+        a.send("ignored")  # client frames are ignored
+        again = _submit(fake_jobs, alice, "a2")
+        assert _next(a)["job_id"] == again.id
+
+
+def test_heartbeat_and_sse_resume(app, server, fake_jobs, alice):  # type: ignore[no-untyped-def]
+    import http.client
+
+    app.config["LIVE_HEARTBEAT_S"] = 0.2
+    with _ws(server, alice.bearer) as ws:
+        _next(ws, "hello")
+        assert _next(ws, "heartbeat", timeout=3)["cursor"] == 0
+    jobs = [_submit(fake_jobs, alice, str(i)).id for i in range(3)]
+    host, port = server.split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=5)
+    conn.request("GET", "/api/v1/live.sse", headers={**alice.bearer, "Last-Event-ID": "1"})
+    response = conn.getresponse()
+    assert response.status == 200 and response.getheader("Content-Type").startswith("text/event-stream")
+    seen: list[tuple[str, dict]] = []
+    event = None
+    while len([s for s in seen if s[0] == "notice"]) < 2:
+        line = response.fp.readline().decode().rstrip("\n")
+        if line.startswith("event: "):
+            event = line[7:]
+        elif line.startswith("data: "):
+            seen.append((event or "", json.loads(line[6:])))
+    conn.close()
+    notices = [d for e, d in seen if e == "notice"]
+    assert [n["job_id"] for n in notices] == jobs[1:] and [n["id"] for n in notices] == [2, 3]
+    assert seen[0][0] == "hello"
+    with pytest.raises(InvalidStatus) as refused:
+        with _ws(server, alice.bearer, "?cursor=abc"):
+            pass
+    assert refused.value.response.status_code == 422
