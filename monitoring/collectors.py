@@ -55,6 +55,7 @@ class DatabaseCollector:
 
     def __init__(self, sources: Sequence[Source]) -> None:
         self.sources = list(sources)
+        self._failing: set[str] = set()
 
     def describe(self) -> list[Any]:
         # No up-front description: registering must not run database queries.
@@ -68,9 +69,15 @@ class DatabaseCollector:
             try:
                 families = list(source.collect())
             except Exception:
-                logger.exception("Metrics source %r failed during a scrape.", source.name)
+                # Logged when the source starts failing, not on every scrape (Prometheus scrapes often).
+                if source.name not in self._failing:
+                    logger.exception("Metrics source %r failed during a scrape.", source.name)
+                self._failing.add(source.name)
                 families, ok = [], 0
             else:
+                if source.name in self._failing:
+                    logger.info("Metrics source %r answers again.", source.name)
+                self._failing.discard(source.name)
                 ok = 1
             up.add_metric([source.name], ok)
             took.add_metric([source.name], time.perf_counter() - t0)
@@ -136,10 +143,10 @@ class BrokerSource:
 
 @dataclass(frozen=True)
 class OutboxBacklog:
-    """Unpublished outbox rows and the age of the oldest, in seconds (0 when empty)."""
+    """Unpublished outbox rows and the age of the oldest, in seconds (``None``: unknown, not exported)."""
 
     rows: int
-    oldest_age_s: float = 0.0
+    oldest_age_s: float | None = None
 
 
 class JobsSource:
@@ -182,10 +189,34 @@ class JobsSource:
             if backlog is not None:
                 rows = m.OUTBOX_BACKLOG.family()
                 rows.add_metric([], backlog.rows)
-                age = m.OUTBOX_OLDEST_AGE.family()
-                age.add_metric([], backlog.oldest_age_s)
-                families += [rows, age]
+                families.append(rows)
+                if backlog.oldest_age_s is not None:
+                    age = m.OUTBOX_OLDEST_AGE.family()
+                    age.add_metric([], backlog.oldest_age_s)
+                    families.append(age)
         return families
+
+    @classmethod
+    def for_engine(cls, engine: Any) -> JobsSource:
+        """The source for Tenure's job database, through the job layer's store functions.
+
+        Uses ``jobs.store.job_count_by_status`` and ``jobs.store.outbox_pending_count`` in a
+        ``jobs.db.read`` transaction. Before the database is migrated the queries fail: the source
+        then reports ``tenure_collector_source_up{source="jobs"} 0`` and the rest of the scrape answers.
+        """
+        from jobs import JobStatus
+        from jobs import db as jobs_db
+        from jobs import store as jobs_store
+
+        def status_counts() -> Mapping[str, int]:
+            with jobs_db.read(engine) as conn:
+                return jobs_store.job_count_by_status(conn)
+
+        def outbox_backlog() -> OutboxBacklog:
+            with jobs_db.read(engine) as conn:
+                return OutboxBacklog(rows=jobs_store.outbox_pending_count(conn))
+
+        return cls(status_counts, outbox_backlog, statuses=[s.value for s in JobStatus])
 
 
 @dataclass(frozen=True)

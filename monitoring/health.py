@@ -167,6 +167,13 @@ def database_check(at_head: Callable[[], object]) -> Check:
     return check
 
 
+def database_at_head_check(engine: Any) -> Check:
+    """Tenure's job database is reachable and at this code's head revision (``jobs.check_database_at_head``)."""
+    from jobs import check_database_at_head
+
+    return database_check(lambda: check_database_at_head(engine))
+
+
 def standard_checks(
     *,
     broker: Any = None,

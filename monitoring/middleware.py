@@ -62,6 +62,7 @@ class MetricsMiddleware(Middleware):
         self._deliveries: dict[int, _Delivery] = {}
         self._delayed_ids: set[str] = set()
         self._poller: _LeaseCounterPoller | None = None
+        self._worker_threads = 0
 
     # -- enqueue -----------------------------------------------------------------------------------
     def before_delay_message(self, broker: Any, message: Any) -> None:
@@ -159,15 +160,15 @@ class MetricsMiddleware(Middleware):
 
     def after_worker_boot(self, broker: Any, worker: Any) -> None:
         install_metrics_handler()
+        self._worker_threads = int(getattr(worker, "worker_threads", 0) or 0)
         m.WORKER_PROCESSES.inc()
-        m.WORKER_THREADS.inc(getattr(worker, "worker_threads", 0) or 0)
-        self._worker_threads = getattr(worker, "worker_threads", 0) or 0
+        m.WORKER_THREADS.inc(self._worker_threads)
         if _has_lease_counters(broker):
             self._poller = _LeaseCounterPoller(broker, self.lease_poll_interval_s)
 
     def before_worker_shutdown(self, broker: Any, worker: Any) -> None:
         m.WORKER_PROCESSES.dec()
-        m.WORKER_THREADS.dec(getattr(self, "_worker_threads", 0))
+        m.WORKER_THREADS.dec(self._worker_threads)
 
     def after_worker_shutdown(self, broker: Any, worker: Any) -> None:
         if self._poller is not None:
