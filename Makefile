@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: run test install services lint clean
+.PHONY: run test install services system-deps test-deps lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,14 +18,23 @@ install: $(STAMP)
 services:
 	bash scripts/ensure_services.sh
 
+# Debian packages the actors need at run time (ffmpeg, espeak-ng, a CJK font); idempotent.
+system-deps:
+	bash scripts/install_system_deps.sh
+
+# Debian packages only the tests need: Prometheus (real scrapes, promtool) and Chromium (browser tests).
+test-deps: system-deps
+	bash scripts/install_prometheus.sh
+	bash scripts/install_browser.sh
+
 lint: install
 	$(VENV)/bin/ruff check .
 	$(PY) scripts/check_architecture.py
 
-test: install services lint
+test: install services test-deps lint
 	$(PY) -m pytest
 
-run: install
+run: install system-deps
 	mkdir -p var
 	$(VENV)/bin/tenure db upgrade
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/honcho start
