@@ -45,12 +45,16 @@ class PrefetchSlots:
 class SQLiteMessageProxy(MessageProxy):
     """A delivered message and the lease it came with: row id, delivery number, prefetch slot."""
 
-    def __init__(self, message: Message, row_id: int, deliveries: int, slots: PrefetchSlots) -> None:
+    def __init__(
+        self, message: Message, row_id: int, deliveries: int, slots: PrefetchSlots, due_at_ms: int | None = None
+    ) -> None:
         super().__init__(message)
         self._row_id = row_id
         self._deliveries = deliveries
         self._slots = slots
         self.redelivered = deliveries > 1
+        #: When the message became due (its eta, or its enqueue time), in ms: queue wait = start - due_at_ms.
+        self.due_at_ms = due_at_ms if due_at_ms is not None else message.message_timestamp
 
 
 class _SQLiteConsumer(Consumer):

@@ -48,6 +48,7 @@ class LeaseKeeper:
         self._reap_interval_s = reap_interval_s
         self.interval_s = lease_ttl_ms / 3000
         self.renewals = 0
+        self.failures = 0
         self._next_beat = 0.0
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tenure-broker-leases", daemon=True)
@@ -82,8 +83,10 @@ class LeaseKeeper:
                     next_housekeeping = now + HOUSEKEEPING_INTERVAL_S * random.uniform(0.8, 1.2)
                     self._housekeeping()
             except DatabaseUnavailable as e:
+                self.failures += 1
                 logger.warning("Lease heartbeat failed (%s); retrying.", e)
             except Exception:
+                self.failures += 1
                 logger.exception("Lease heartbeat crashed; retrying.")
 
     def _checkpoint_if_large(self) -> None:

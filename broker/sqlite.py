@@ -110,6 +110,8 @@ class SQLiteBroker(Broker):
         self.reap_interval_s = min(reap_interval_s, lease_ttl_ms / 3000)
         self.store = MessageStore(self.target)
         self.leases_lost = 0
+        self.leases_reclaimed = 0
+        self.heartbeat_failures = 0
         self._namespace = namespace_for(self.target.path)
         self._waiters = LocalWaiters()
         self._nudger = Nudger(self._fetch_listeners, lambda: self._listener.address if self._listener else None)
@@ -405,6 +407,7 @@ class SQLiteBroker(Broker):
         with self.store.write() as conn:
             queues = self.store.lease_reap_expired(conn, now)
         if queues:
+            self.leases_reclaimed += len(queues)
             logger.warning("Reclaimed %d expired leases; those messages will run again.", len(queues))
             self.wake(set(queues))
         return len(queues)
@@ -416,6 +419,16 @@ class SQLiteBroker(Broker):
         with self.store.write() as conn:
             self.store.process_reap(conn, now - 3 * self.lease_ttl_ms)
             self.store.dead_purge(conn, now - self.dead_message_ttl_ms)
+
+    def counters(self) -> dict[str, int]:
+        """This process's lease counters since start (monotonic; for metrics)."""
+        keeper = self._keeper
+        return {
+            "leases_lost": self.leases_lost,
+            "lease_renewals": keeper.renewals if keeper else 0,
+            "leases_reclaimed": self.leases_reclaimed,
+            "heartbeat_failures": (keeper.failures if keeper else 0) + self.heartbeat_failures,
+        }
 
     def wake(self, queues: Iterable[str]) -> None:
         """Wake consumers of *queues* in this and other processes (after a commit)."""
@@ -449,7 +462,7 @@ class SQLiteBroker(Broker):
                 except DecodeError:
                     broken.append(row.id)
                     continue
-                proxies.append(self.proxy_class(message, row.id, row.deliveries, slots))
+                proxies.append(self.proxy_class(message, row.id, row.deliveries, slots, row.eta))
             if poison:
                 self.store.message_kill(conn, poison, now, f"poison: redelivered more than {self.max_deliveries} times")
             if broken:

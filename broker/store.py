@@ -69,6 +69,8 @@ class QueueStats:
     dead: int
     oldest_ready_age_ms: int | None
     paused: bool
+    #: Leased rows whose lease expired and that no reaper has returned to READY yet.
+    expired_leases: int = 0
 
 
 class MessageStore:
@@ -343,6 +345,12 @@ class MessageStore:
         for queue, state, n in conn.execute("SELECT queue, state, count(*) FROM broker_messages GROUP BY queue, state"):
             counts.setdefault(queue, {})[state] = n
         paused = dict(conn.execute("SELECT name, paused FROM broker_queues").fetchall())
+        expired = dict(
+            conn.execute(
+                "SELECT queue, count(*) FROM broker_messages WHERE state = 1 AND lease_expires < ? GROUP BY queue",
+                (now,),
+            ).fetchall()
+        )
         stats = []
         for queue in sorted(set(counts) | set(paused)):
             c = counts.get(queue, {})
@@ -364,6 +372,7 @@ class MessageStore:
                     dead=c.get(DEAD, 0),
                     oldest_ready_age_ms=None if oldest is None or oldest > now else now - oldest,
                     paused=bool(paused.get(queue, 0)),
+                    expired_leases=expired.get(queue, 0),
                 )
             )
         return stats
