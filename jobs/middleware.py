@@ -197,6 +197,16 @@ class JobMiddleware(Middleware):
             raise SkipMessage(f"job {job_id} is not claimable (duplicate, cancelled, finished or running elsewhere)")
         _local.ctx = ctx
 
+    def before_nack(self, broker: Broker, message: Any) -> None:
+        # Dramatiq's consumer thread dead-letters a message for an actor this process does not
+        # declare before any process_message hook runs; its job must end failed, not wait forever.
+        job_id = message.options.get(JOB_ID_OPTION)
+        if job_id is not None and message.actor_name not in broker.actors:
+            try:
+                self._fail_unknown(job_id, message.actor_name)
+            except Exception:
+                logger.exception("Could not fail job %s of unknown kind %s.", job_id, message.actor_name)
+
     def after_process_message(self, broker: Broker, message: Any, *, result: Any = None, exception: Any = None) -> None:
         self._release()
 

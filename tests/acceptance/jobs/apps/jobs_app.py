@@ -1,0 +1,67 @@
+"""A worker app for the job acceptance tests: ``python -m dramatiq tests.acceptance.jobs.apps.jobs_app``.
+
+Everything comes from the environment (read here, in the process's composition root):
+``TENURE_DATABASE_URL``, ``TENURE_BROKER_URL``, ``TENURE_JOB_LEASE_TTL_S``,
+``TENURE_BROKER_LEASE_TTL_S`` (SQLite broker lease) and ``TENURE_TEST_REDIS_NAMESPACE``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import dramatiq
+from sqlalchemy import text
+
+import jobs
+from broker import SQLiteBroker
+from jobs import JobContext, Settings
+
+QUEUE = "jobs_acceptance"
+
+settings = Settings.from_env()
+jobs.settings.set_current_settings(settings)
+if settings.broker_url.startswith("sqlite"):
+    broker = SQLiteBroker(
+        settings.broker_url, lease_ttl_ms=int(settings.broker_lease_ttl_s * 1000), reap_interval_s=0.25
+    )
+else:
+    from dramatiq.brokers.redis import RedisBroker
+
+    broker = RedisBroker(
+        url=settings.broker_url,
+        namespace=os.environ.get("TENURE_TEST_REDIS_NAMESPACE", "tenure-acceptance"),
+        heartbeat_timeout=int(settings.broker_lease_ttl_s * 1000),
+        dead_message_ttl=60_000,
+    )
+dramatiq.set_broker(broker)
+middleware = jobs.install(broker, settings)
+
+
+def block(ctx: JobContext, *, block_attempts: int = 1) -> dict[str, int]:
+    """Report progress, then hang (without checkpoints) on the first *block_attempts* attempts."""
+    ctx.progress(0.1, f"attempt {ctx.attempt} started")
+    while ctx.attempt <= block_attempts:
+        time.sleep(0.05)
+    return {"attempt": ctx.attempt}
+
+
+jobs.registry.kind("acc_block_safe", queue=QUEUE)(block)
+jobs.registry.kind("acc_block_unsafe", queue=QUEUE, safe_to_rerun=False)(block)
+
+
+@jobs.registry.kind("acc_chaos", queue=QUEUE, backoff=lambda attempt: 0.05)
+def chaos(ctx: JobContext, *, n: int) -> None:
+    """Publish one domain row per job, atomically with the job's result."""
+    time.sleep(0.002)
+    with ctx.result_transaction() as tx:
+        tx.connection.execute(
+            text("INSERT INTO chaos_runs (job_id, attempt, n) VALUES (:j, :a, :n)"),
+            {"j": ctx.job_id, "a": ctx.attempt, "n": n},
+        )
+        tx.complete({"n": n})
+
+
+@jobs.registry.kind("acc_echo", queue=QUEUE)
+def echo(ctx: JobContext, **payload: object) -> dict[str, object]:
+    return payload

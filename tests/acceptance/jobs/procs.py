@@ -1,0 +1,212 @@
+"""Real processes for the job acceptance tests: dramatiq workers, the outbox relay, submitters."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from sqlalchemy import Engine, text
+
+from jobs import schema
+from jobs.db import make_engine
+from tests.integration.jobs.support import REDIS_URL, postgres_database
+
+ROOT = Path(__file__).resolve().parents[3]
+APP = "tests.acceptance.jobs.apps.jobs_app"
+T = TypeVar("T")
+
+
+@dataclass
+class Deployment:
+    """A migrated database plus the environment every process of one test shares."""
+
+    backend: str
+    tmp_path: Path
+    env: dict[str, str]
+    engine: Engine
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    counter: int = 0
+
+    def _log(self, name: str) -> Any:
+        self.counter += 1
+        return open(self.tmp_path / f"{self.counter:03d}-{name}.log", "wb")
+
+    def start_worker(self, *, threads: int = 4) -> subprocess.Popen[bytes]:
+        """``python -m dramatiq`` in its own process group (so SIGKILL reaches its worker processes)."""
+        cmd = [sys.executable, "-m", "dramatiq", APP, "--processes", "1", "--threads", str(threads)]
+        return self._start(cmd, "worker")
+
+    def start_relay(self) -> subprocess.Popen[bytes] | None:
+        if self.backend == "sqlite":
+            return None
+        return self._start([sys.executable, "-m", "tenure_cli", "relay", "--app", APP], "relay")
+
+    def _start(self, cmd: list[str], name: str) -> subprocess.Popen[bytes]:
+        log = self._log(name)
+        proc = subprocess.Popen(
+            cmd, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        log.close()
+        self.procs.append(proc)
+        return proc
+
+    def kill(self, proc: subprocess.Popen[bytes]) -> None:
+        """SIGKILL the process and every process it started."""
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(10)
+
+    def stop_all(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    continue
+        deadline = time.monotonic() + 10
+        for proc in self.procs:
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self.kill(proc)
+
+    def scalar(self, sql: str, **params: Any) -> Any:
+        with self.engine.connect() as conn:
+            value = conn.execute(text(sql), params).scalar()
+            conn.rollback()
+        return value
+
+    def rows(self, sql: str, **params: Any) -> list[Any]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(text(sql), params).fetchall()
+            conn.rollback()
+        return rows
+
+    def execute(self, sql: str, **params: Any) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(text(sql), params)
+
+    def logs(self) -> str:
+        return "\n".join(
+            f"== {p.name}\n{p.read_text(errors='replace')[-3000:]}" for p in sorted(self.tmp_path.glob("*.log"))
+        )
+
+
+def wait_for(what: str, probe: Callable[[], T], timeout_s: float, deployment: Deployment | None = None) -> T:
+    """Poll *probe* (a database read) until it returns something truthy."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            logs = deployment.logs() if deployment else ""
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}\n{logs}")
+        time.sleep(0.05)
+
+
+@contextmanager
+def deployment(backend: str, tmp_path: Path, **env: str) -> Iterator[Deployment]:
+    """Database (migrated) + environment for worker processes; stops every process it started."""
+    with _database(backend, tmp_path) as (url, broker_url):
+        schema.upgrade(url)
+        process_env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "PYTHONPATH": str(ROOT),
+            "TENURE_DATABASE_URL": url,
+            "TENURE_BROKER_URL": broker_url,
+            "TENURE_JOB_LEASE_TTL_S": "1.5",
+            "TENURE_BROKER_LEASE_TTL_S": "1.5",
+            "TENURE_RECOVERY_INTERVAL_S": "0.5",
+            "TENURE_RELAY_INTERVAL_S": "0.02",
+            "TENURE_OUTPUT_ROOT": str(tmp_path / "outputs"),
+            "TENURE_TEST_REDIS_NAMESPACE": f"tenure-acc-{uuid.uuid4().hex[:8]}",
+            **env,
+        }
+        engine = make_engine(url)
+        d = Deployment(backend, tmp_path, process_env, engine)
+        try:
+            yield d
+        finally:
+            d.stop_all()
+            engine.dispose()
+            if backend != "sqlite":
+                _flush_redis(process_env["TENURE_TEST_REDIS_NAMESPACE"])
+
+
+def _flush_redis(namespace: str) -> None:
+    import redis
+
+    client = redis.Redis.from_url(REDIS_URL)
+    keys = list(client.scan_iter(f"{namespace}*"))
+    if keys:
+        client.delete(*keys)
+    client.close()
+
+
+@contextmanager
+def _database(backend: str, tmp_path: Path) -> Iterator[tuple[str, str]]:
+    if backend == "sqlite":
+        url = f"sqlite:///{tmp_path / 'tenure.db'}"
+        yield url, url
+    else:
+        with postgres_database() as url:
+            yield url, REDIS_URL
+
+
+@dataclass
+class Client:
+    """The submitting side of a deployment, in the test process: same kinds, same queue."""
+
+    settings: Any
+    registry: Any
+    broker: Any
+
+    def submit(self, kind: str, **kwargs: Any) -> Any:
+        import jobs
+
+        kwargs.setdefault("owner_id", "u1")
+        return jobs.submit(self.engine, kind=kind, registry=self.registry, settings=self.settings, **kwargs)
+
+    engine: Any = None
+
+
+@contextmanager
+def client(d: Deployment) -> Iterator[Client]:
+    from broker import SQLiteBroker
+    from jobs.registry import Registry
+    from jobs.settings import Settings
+
+    settings = Settings.from_env(d.env)
+    if d.backend == "sqlite":
+        broker: Any = SQLiteBroker(settings.broker_url, middleware=[])
+    else:
+        from dramatiq.brokers.redis import RedisBroker
+
+        broker = RedisBroker(url=settings.broker_url, namespace=d.env["TENURE_TEST_REDIS_NAMESPACE"], middleware=[])
+    registry = Registry()
+    queue = "jobs_acceptance"
+    for name, safe in [("acc_block_safe", True), ("acc_block_unsafe", False), ("acc_chaos", True), ("acc_echo", True)]:
+        registry.kind(name, queue=queue, safe_to_rerun=safe, broker=broker)(_never_called)
+    # a kind the workers do not have: its jobs must end failed, not vanish
+    registry.kind("acc_ghost", queue=queue, broker=broker)(_never_called)
+    c = Client(settings, registry, broker, d.engine)
+    try:
+        yield c
+    finally:
+        broker.close()
+
+
+def _never_called(ctx: Any, **payload: Any) -> None:
+    raise AssertionError("client-side kinds never run")
