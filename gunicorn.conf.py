@@ -1,0 +1,44 @@
+"""gunicorn settings for Tenure's web process: ``gunicorn -c gunicorn.conf.py 'webapp:create_app()'``.
+
+gthread: each live-feed connection (WebSocket or SSE) holds one thread for its lifetime, so the
+per-process feed limit must stay below ``threads`` or live clients would starve plain requests.
+Unless ``TENURE_WEB_LIVE_MAX_CONNECTIONS`` is set, it becomes ``threads - 8`` here (24 with the
+default 32 threads). ``sync`` workers would be killed by the arbiter's timeout while a WebSocket is
+open; gevent would block every greenlet on SQLite's C calls.
+
+Everything is overridable from the environment: ``PORT`` (bind 127.0.0.1:$PORT unless
+``TENURE_WEB_BIND`` is set), ``TENURE_WEB_WORKERS``, ``TENURE_WEB_THREADS``.
+"""
+
+from __future__ import annotations
+
+import os
+
+bind = os.environ.get("TENURE_WEB_BIND") or f"127.0.0.1:{os.environ.get('PORT', '8000')}"
+worker_class = "gthread"
+workers = int(os.environ.get("TENURE_WEB_WORKERS", "2"))
+threads = int(os.environ.get("TENURE_WEB_THREADS", "32"))
+os.environ.setdefault("TENURE_WEB_LIVE_MAX_CONNECTIONS", str(max(1, threads - 8)))
+#: A slow request (or a stuck one) is killed after this; live feeds write a heartbeat every 10 s.
+timeout = 30
+#: On SIGTERM: finish requests for this long, then drop connections (live clients reconnect with their cursor).
+graceful_timeout = 10
+keepalive = 5
+#: gunicorn ≥ 23 opens a shared control socket under ~/.gunicorn by default; several instances
+#: (tests, honcho scale) would fight over it.
+control_socket_disable = True
+accesslog = "-"
+# No query strings in the access log: nothing secret belongs there, but a careless client might try.
+access_log_format = '%(h)s "%(m)s %(U)s %(H)s" %(s)s %(b)s %(M)sms'
+errorlog = "-"
+proxy_allow_ips = "127.0.0.1"
+
+
+def child_exit(server, worker):  # type: ignore[no-untyped-def]
+    """Drop the exited worker's live Prometheus gauges (multiprocess mode), when monitoring is set up."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        try:
+            from monitoring.exposition import mark_dead
+        except ImportError:
+            return
+        mark_dead(worker.pid)

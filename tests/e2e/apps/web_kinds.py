@@ -1,0 +1,70 @@
+"""Job kinds for the web app's end-to-end tests, until the real actors land.
+
+Both the web process (``TENURE_WEB_TASKS_MODULE=tests.e2e.apps.web_kinds``) and the worker
+(``python -m dramatiq tests.e2e.apps.web_kinds``) import it: it sets the broker from the
+environment, installs the job middleware and declares the kinds.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import dramatiq
+
+import jobs
+from broker import SQLiteBroker
+from jobs import JobContext, Settings
+
+QUEUE = "e2e"
+SLOW_QUEUE = "e2e_slow"
+
+settings = Settings.from_env()
+jobs.settings.set_current_settings(settings)
+broker = SQLiteBroker(settings.broker_url, lease_ttl_ms=5_000)
+dramatiq.set_broker(broker)
+jobs.install(broker, settings)
+
+
+@jobs.registry.kind("e2e_progress", queue=QUEUE)
+def progress(ctx: JobContext, *, steps: int = 20, step_s: float = 0.25, label: str = "work") -> dict[str, object]:
+    """Count through steps.
+
+    Reports progress after every step, honours cancel at each step and writes a small report file.
+    """
+    for i in range(steps):
+        ctx.check_cancelled()
+        ctx.progress(i / steps, f"{label}: step {i + 1} of {steps}")
+        time.sleep(step_s)
+    path = ctx.output_path("report.txt")
+    path.write_text(f"{label}: {steps} steps\n")
+    return {"steps": steps, "label": label}
+
+
+@jobs.registry.kind("e2e_fail", queue=QUEUE, max_attempts=1)
+def fail(ctx: JobContext, *, message: str = "the disk is full") -> None:
+    """Always fail.
+
+    Fails on its single attempt with the given message.
+    """
+    ctx.progress(0.5, "about to fail")
+    raise RuntimeError(message)
+
+
+@jobs.registry.kind("e2e_echo", queue=SLOW_QUEUE)
+def echo(ctx: JobContext, *, text: str, times: int = 1, shout: bool = False) -> dict[str, object]:
+    """Echo text.
+
+    Returns the text repeated; runs on its own queue (the pause test pauses it).
+    """
+    out = " ".join([text.upper() if shout else text] * times)
+    return {"echo": out}
+
+
+@dramatiq.actor(queue_name=QUEUE, max_retries=0)
+def e2e_flaky(flag_path: str) -> None:
+    """A plain Dramatiq actor: dead-lettered until *flag_path* exists, then writes ``<flag>.done``."""
+    flag = Path(flag_path)
+    if not flag.exists():
+        raise RuntimeError("flag missing")
+    flag.with_suffix(".done").write_text("ok")
