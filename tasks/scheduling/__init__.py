@@ -12,6 +12,8 @@ Declare the periodiq way, with Tenure's declarations::
     @dramatiq.actor(periodic=every(seconds=30, max_staleness_s=30))
     def resync(): ...
 
+    schedule_job("report", cron("0 6 * * 1"), payload={"scope": "weekly"})   # a job per tick
+
 and run any number of ``periodiq tasks`` processes: each tick fires once. The web UI calls
 :func:`schedules`, :func:`pause`, :func:`resume` and :func:`run_now`.
 """
@@ -21,10 +23,11 @@ from __future__ import annotations
 import dramatiq
 from dramatiq.broker import Broker
 
+from .declare import schedule_job
 from .middleware import ScheduleMiddleware, install
 from .runtime import configure, scheduler_for
 from .scheduler import MESSAGE_OPTION, ScheduleNotFound, Scheduler, ScheduleView
-from .specs import CronSchedule, IntervalSchedule, Schedule, cron, every
+from .specs import CronSchedule, IntervalSchedule, Schedule, ScheduledJob, cron, every
 from .store import FireRecord
 
 
@@ -54,6 +57,7 @@ __all__ = [
     "FireRecord",
     "IntervalSchedule",
     "Schedule",
+    "ScheduledJob",
     "ScheduleMiddleware",
     "ScheduleNotFound",
     "ScheduleView",
@@ -66,5 +70,6 @@ __all__ = [
     "resume",
     "run_now",
     "scheduler_for",
+    "schedule_job",
     "schedules",
 ]

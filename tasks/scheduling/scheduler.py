@@ -26,10 +26,13 @@ from dataclasses import dataclass
 
 from dramatiq.broker import Broker
 from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session
 
 from broker import SQLiteBroker
 from jobs import db
 from jobs.publish import prepare_broker
+from jobs.registry import registry
+from jobs.submit import submit
 
 from . import store
 from .specs import ON_TIME_S, Schedule, as_schedule
@@ -197,6 +200,8 @@ class Scheduler:
         name = spec.schedule_name
         cause = "schedule" if now - tick <= ON_TIME_S * 1000 else "catchup"
         due = tick + spec.jitter_ms()
+        if spec.job is not None:
+            return self._fire_job(spec, tick, due, cause, now)
         message = self._message(spec, tick, due, cause)
         record = FireRecord(name, tick, cause, message.message_id, None, due, self.owner, now)
         delay = max(0, due - now) or None
@@ -215,6 +220,34 @@ class Scheduler:
         if not self.transactional:
             self.broker.enqueue(message, delay=delay)
         logger.info("Schedule %s fired tick %s (%s) as message %s.", name, _iso(tick), cause, message.message_id)
+        return record
+
+    def _fire_job(self, spec: Schedule, tick: int, due: int, cause: str, now: int) -> FireRecord | None:
+        """Submit the schedule's job in the fire's transaction (job, idempotency key, message/outbox)."""
+        assert spec.job is not None
+        name = spec.schedule_name
+        kind = registry.get(spec.job.kind)
+        prepare_broker(kind.actor.broker, kind.queue)
+        try:
+            with Session(self.engine) as session, session.begin():
+                conn = session.connection()
+                if not store.schedule_claim_tick(conn, name, tick, now):
+                    return None
+                # The key makes the job itself unique per tick too, whatever happens to fire rows.
+                job = submit(
+                    session,
+                    owner_id=spec.job.owner_id,
+                    kind=spec.job.kind,
+                    payload=spec.job.payload,
+                    idempotency_key=f"schedule:{name}:{tick}",
+                    delay=max(0, due - now) / 1000,
+                )
+                record = FireRecord(name, tick, cause, None, job.id, due, self.owner, now)
+                if not store.fire_insert(conn, record):
+                    raise _TickTaken
+        except _TickTaken:
+            return None
+        logger.info("Schedule %s fired tick %s (%s) as job %s.", name, _iso(tick), cause, record.job_id)
         return record
 
     def _message(self, spec: Schedule, tick: int, due: int, cause: str):  # type: ignore[no-untyped-def]
@@ -239,6 +272,8 @@ class Scheduler:
         spec = self.get(name)
         now = self.clock()
         fire_time = now + 1 if now % 1000 == 0 else now
+        if spec.job is not None:
+            return self._run_job_now(spec, fire_time, now, by or self.owner)
         while True:
             message = self._message(spec, fire_time, now, "manual")
             prepare_broker(self.broker, message.queue_name)
@@ -254,6 +289,32 @@ class Scheduler:
         if not self.transactional:
             self.broker.enqueue(message)
         logger.info("Schedule %s run now by %s as message %s.", name, by or self.owner, message.message_id)
+        return record
+
+    def _run_job_now(self, spec: Schedule, fire_time: int, now: int, by: str) -> FireRecord:
+        assert spec.job is not None
+        name = spec.schedule_name
+        kind = registry.get(spec.job.kind)
+        prepare_broker(kind.actor.broker, kind.queue)
+        while True:
+            try:
+                with Session(self.engine) as session, session.begin():
+                    conn = session.connection()
+                    store.schedule_ensure(conn, name, now, spec.describe())
+                    job = submit(
+                        session,
+                        owner_id=spec.job.owner_id,
+                        kind=spec.job.kind,
+                        payload=spec.job.payload,
+                        idempotency_key=f"schedule:{name}:{fire_time}",
+                    )
+                    record = FireRecord(name, fire_time, "manual", None, job.id, now, by, now)
+                    if not store.fire_insert(conn, record):
+                        raise _TickTaken  # roll the job back too
+                break
+            except _TickTaken:
+                fire_time += 1 if (fire_time + 1) % 1000 else 2
+        logger.info("Schedule %s run now by %s as job %s.", name, by, job.id)
         return record
 
     def pause(self, name: str, *, by: str | None = None) -> bool:

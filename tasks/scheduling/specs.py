@@ -40,6 +40,21 @@ DEFAULT_TZ = "UTC"
 
 
 @dataclass(frozen=True)
+class ScheduledJob:
+    """What a job-creating schedule submits on each tick (see :func:`tasks.scheduling.schedule_job`).
+
+    Attributes:
+      kind: A registered job kind (``jobs.registry``).
+      owner_id: The owner of the jobs it creates.
+      payload: The jobs' payload (the kind's keyword arguments).
+    """
+
+    kind: str
+    owner_id: str
+    payload: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Binding:
     """What a declaration learns when its actor is declared (set by ``ScheduleMiddleware``)."""
 
@@ -62,6 +77,8 @@ class Schedule:
       max_staleness_s: A worker skips a fired message that starts more than this after its due time
         (None: never skip, unlike periodiq's 30 s default).
       name: The schedule's name; the actor name by default.
+      job: Submit this job on each tick (in the fire's transaction) instead of sending the actor's
+        message; set by :func:`tasks.scheduling.schedule_job`.
 
     Raises:
       ValueError: For an unknown policy or a negative/zero duration.
@@ -72,6 +89,7 @@ class Schedule:
     jitter_s: float = 0.0
     max_staleness_s: float | None = None
     name: str | None = None
+    job: ScheduledJob | None = None
     _binding: Binding | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:

@@ -15,8 +15,9 @@ import dramatiq
 
 import tasks  # noqa: F401  (the package picks a broker from TENURE_BROKER_URL; this app uses its own below)
 from broker import SQLiteBroker
+from jobs.registry import registry
 from tasks.maintenance import run_resync
-from tasks.scheduling import every, install
+from tasks.scheduling import every, install, schedule_job
 
 DB = os.environ["SCHED_TEST_DB"]
 LOG_DB = os.environ["SCHED_TEST_LOG"]
@@ -46,6 +47,15 @@ def _periodic(name: str, spec):  # type: ignore[no-untyped-def]
 @dramatiq.actor(queue_name="ticks", **_periodic("tick", every(seconds=1, catchup="all", grace_s=30)))
 def tick() -> None:
     log("tick")
+
+
+@registry.kind("tick_job", queue="tick_jobs", broker=broker)
+def tick_job(ctx) -> None:  # type: ignore[no-untyped-def]
+    log("tick_job")
+
+
+if "tick_jobs" in SCHEDULES:
+    schedule_job("tick_job", every(seconds=1, catchup="all", grace_s=30, name="tick_jobs"), broker=broker)
 
 
 @dramatiq.actor(

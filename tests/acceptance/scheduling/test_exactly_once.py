@@ -11,15 +11,22 @@ from .conftest import Fleet
 TICKS = 20
 
 
-def fired(fleet: Fleet) -> list[tuple[int, str, str]]:
-    return fleet.query("SELECT fire_time, message_id, fired_by FROM schedule_fires WHERE schedule = 'tick' ORDER BY 1")
+def fired(fleet: Fleet, schedule: str = "tick") -> list[tuple[int, str, str]]:
+    return fleet.query(
+        "SELECT fire_time, coalesce(message_id, job_id), fired_by FROM schedule_fires WHERE schedule = ? ORDER BY 1",
+        schedule,
+    )
+
+
+def assert_consecutive(times: list[int]) -> None:
+    """One-second ticks with none missing and none twice."""
+    assert times == list(range(times[0], times[0] + 1000 * len(times), 1000))
 
 
 def assert_each_tick_once(fleet: Fleet) -> list[tuple[int, str, str]]:
     fires = fired(fleet)
     times = [f[0] for f in fires]
-    # Consecutive one-second ticks: none missing, none twice.
-    assert times == list(range(times[0], times[0] + 1000 * len(times), 1000))
+    assert_consecutive(times)
     bodies = fleet.query("SELECT message_id, body FROM broker_messages WHERE actor = 'tick'")
     assert len(bodies) == len(fires)
     assert {m for m, _ in bodies} == {f[1] for f in fires}
@@ -32,18 +39,23 @@ def assert_each_tick_once(fleet: Fleet) -> list[tuple[int, str, str]]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(90)
-def test_two_schedulers_fire_twenty_ticks_exactly_once(fleet: Fleet) -> None:
-    # Given two periodiq processes and a one-second schedule
-    fleet.scheduler("scheduler.1", "tick")
-    fleet.scheduler("scheduler.2", "tick")
+def test_two_schedulers_fire_twenty_ticks_as_exactly_twenty_jobs(fleet: Fleet) -> None:
+    # Given two periodiq processes and a one-second schedule that submits a job per tick
+    fleet.scheduler("scheduler.1", "tick_jobs")
+    fleet.scheduler("scheduler.2", "tick_jobs")
     # When twenty ticks have fired
-    fleet.wait(lambda: len(fired(fleet)) >= TICKS, 60, f"{TICKS} fires")
+    fleet.wait(lambda: len(fired(fleet, "tick_jobs")) >= TICKS, 60, f"{TICKS} fires")
     fleet.stop()
-    # Then each of them fired once, with exactly one message each
-    fires = assert_each_tick_once(fleet)
-    first = fires[:TICKS]
-    assert len({f[0] for f in first}) == TICKS
-    assert len(fleet.query("SELECT 1 FROM broker_messages WHERE actor = 'tick'")) == len(fires)
+    # Then each tick fired once and made exactly one job, with one message each
+    fires = fired(fleet, "tick_jobs")
+    assert_consecutive([f[0] for f in fires])
+    jobs = fleet.query("SELECT id, idempotency_key FROM jobs WHERE kind = 'tick_job'")
+    assert len(jobs) == len(fires) >= TICKS
+    assert {j[0] for j in jobs} == {f[1] for f in fires}
+    assert len({j[1] for j in jobs}) == len(jobs)
+    assert len(fleet.query("SELECT 1 FROM broker_messages WHERE actor = 'tick_job'")) == len(jobs)
+    (created_at,) = fleet.query("SELECT created_at FROM schedules WHERE name = 'tick_jobs'")[0]
+    assert fires[0][0] > created_at  # nothing fired because a process started
 
 
 @pytest.mark.slow
