@@ -28,6 +28,9 @@ from .notify import Notice
 
 logger = logging.getLogger(__name__)
 
+#: Event types only the job layer writes (an actor cannot forge a status change).
+RESERVED_EVENT_TYPES = frozenset({"status", "cancel_requested"})
+
 # Phases of the actor thread, for the timeout: an asynchronous JobTimeout is raised only in USER.
 _IDLE, _USER, _CRITICAL = 0, 1, 2
 
@@ -125,7 +128,10 @@ class JobContext:
         Raises:
           StaleAttempt: This attempt is no longer current (nothing was written).
           TypeError: *data* is not JSON-serialisable.
+          ValueError: *type* is one the job layer writes itself (``status``, ``cancel_requested``).
         """
+        if type in RESERVED_EVENT_TYPES:
+            raise ValueError(f"event type {type!r} is reserved for the job layer")
         store.dumps(data)
         with db.write(self._engine) as tx:
             seq = store.job_event_seq_next_if_current(tx.conn, self.job_id, self.attempt, self.worker_id)
@@ -191,7 +197,7 @@ class JobContext:
         try:
             session.begin()
             conn = session.connection()  # BEGIN IMMEDIATE (SQLite) happens here
-            current, cancel = store.job_check_current(conn, self.job_id, self.attempt, self.worker_id)
+            current, cancel = store.job_check_current_for_update(conn, self.job_id, self.attempt, self.worker_id)
             if not current:
                 raise self._stale("result_transaction")
             if cancel:

@@ -303,7 +303,7 @@ class JobMiddleware(Middleware):
                     return
                 # Not completed: either superseded (stale) or a cancel request committed first.
                 outcome = "cancelled"
-            current, cancel = store.job_check_current(conn, ctx.job_id, ctx.attempt, ctx.worker_id)
+            current, cancel = store.job_check_current_for_update(conn, ctx.job_id, ctx.attempt, ctx.worker_id)
             if not current:
                 raise ctx._stale(f"outcome {outcome}")
             if outcome == "cancelled" or cancel:

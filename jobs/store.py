@@ -242,14 +242,21 @@ def job_lease_renew_if_current(conn: Connection, job_id: str, attempt: int, work
 
 
 def job_check_current(conn: Connection, job_id: str, attempt: int, worker: str) -> tuple[bool, bool]:
-    """``(current, cancel_requested)`` of this attempt; row-locked on PostgreSQL."""
+    """``(current, cancel_requested)`` of this attempt (a plain read)."""
+    row = conn.execute(
+        _q(f"SELECT cancel_requested_at FROM jobs WHERE {CURRENT}"),
+        {"id": job_id, "attempt": attempt, "worker": worker},
+    ).fetchone()
+    return (False, False) if row is None else (True, row[0] is not None)
+
+
+def job_check_current_for_update(conn: Connection, job_id: str, attempt: int, worker: str) -> tuple[bool, bool]:
+    """As :func:`job_check_current`, row-locked on PostgreSQL (SQLite callers hold the write lock)."""
     row = conn.execute(
         _q(f"SELECT cancel_requested_at FROM jobs WHERE {CURRENT}" + _for_update(conn)),
         {"id": job_id, "attempt": attempt, "worker": worker},
     ).fetchone()
-    if row is None:
-        return False, False
-    return True, row[0] is not None
+    return (False, False) if row is None else (True, row[0] is not None)
 
 
 def job_progress_if_current(
