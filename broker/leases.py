@@ -95,6 +95,5 @@ class LeaseKeeper:
         except OSError:
             return
         if size > WAL_CHECKPOINT_BYTES:
-            with self._store.read() as conn:
-                busy, log, done = self._store.wal_checkpoint(conn)
+            busy, log, done = self._store.wal_checkpoint()
             logger.info("WAL checkpoint: %d of %d pages (busy=%d).", done, log, busy)

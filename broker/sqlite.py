@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import signal
 import socket
 import sqlite3
 import threading
@@ -142,13 +143,27 @@ class SQLiteBroker(Broker):
         self._init_process_state()
         self._schema_lock = threading.Lock()
 
-    def _ready(self) -> None:
-        """Create or check the schema once per process, on first use (never at import time)."""
+    def ensure_schema(self) -> None:
+        """Create the broker's tables now (otherwise done on first use); refuse a newer schema.
+
+        Raises:
+          UnsupportedDatabase: The file holds a schema from a newer broker (the file is untouched).
+        """
+        self._ready()
+
+    def _ready(self, conn: sqlite3.Connection | None = None) -> None:
+        """Create or check the schema once per process, on first use (never at import time).
+
+        With *conn* (a caller's open transaction) the schema is checked and created on it.
+        """
         if self._schema_ready and self._schema_pid == os.getpid():
             return
         with self._schema_lock:
             if not (self._schema_ready and self._schema_pid == os.getpid()):
-                self.store.schema_ensure()
+                if conn is None:
+                    self.store.schema_ensure()
+                else:
+                    self.store.schema_ensure_on(conn)
                 self._schema_ready, self._schema_pid = True, os.getpid()
 
     def _ensure_consumer_services(self, queue_name: str) -> None:
@@ -200,7 +215,38 @@ class SQLiteBroker(Broker):
     def emit_after(self, signal: str, *args: Any, **kwargs: Any) -> None:
         if signal == "worker_boot":
             self._draining = False
+        elif signal == "process_boot":
+            self._watch_termination()
         super().emit_after(signal, *args, **kwargs)
+
+    def _watch_termination(self) -> None:
+        """Give prefetched messages back the moment SIGTERM arrives.
+
+        Dramatiq's CLI notices SIGTERM only in a one-second sleep loop before it stops the Worker;
+        other processes would wait that long for the messages this one prefetched. When the process
+        already has a Python SIGTERM handler (the CLI's graceful stop), wrap it: ours only sets an
+        event (signal-safe), a thread releases the unstarted deliveries, and the original handler
+        runs as before. Processes without such a handler are left alone.
+        """
+        if threading.current_thread() is not threading.main_thread():
+            return
+        previous = signal.getsignal(signal.SIGTERM)
+        if not callable(previous) or getattr(previous, "_tenure_wrapped", False):
+            return
+        terminating = threading.Event()
+
+        def release_when_terminating() -> None:
+            terminating.wait()
+            self._release_unstarted()
+
+        threading.Thread(target=release_when_terminating, name="tenure-broker-sigterm", daemon=True).start()
+
+        def on_sigterm(signum: int, frame: Any) -> Any:
+            terminating.set()
+            return previous(signum, frame)
+
+        on_sigterm._tenure_wrapped = True  # type: ignore[attr-defined]
+        signal.signal(signal.SIGTERM, on_sigterm)
 
     def declare_queue(self, queue_name: str) -> None:
         if queue_name in self.queues:
@@ -262,7 +308,6 @@ class SQLiteBroker(Broker):
         )
         priority = -int(options.get("broker_priority", 0) or 0)
         self.emit_before("enqueue", returned, delay)
-        self._ready()
         row = {
             "queue": canonical,
             "message_id": message.message_id,
@@ -273,12 +318,16 @@ class SQLiteBroker(Broker):
             "body": stored.encode(),
         }
         if connection is None:
+            self._ready()
             with self.store.write() as conn:
                 self.store.message_insert(conn, **row)
             self.wake([canonical])
         else:
             raw = _raw_sqlite_connection(connection)
             self._check_same_database(raw)
+            # The caller's transaction may already hold the write lock: check or create the schema
+            # on that connection instead of opening a second writer that would wait for it.
+            self._ready(raw)
             row_id = self.store.message_insert(raw, **row)
             _CommitWatcher.get(self).watch(row_id, canonical)
         self.emit_after("enqueue", returned, delay)

@@ -19,6 +19,7 @@ import json
 import os
 import sqlite3
 import threading
+import urllib.parse
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -138,23 +139,51 @@ class MessageStore:
 
     # -- schema ------------------------------------------------------------------------------------
     def schema_ensure(self) -> None:
-        """Create the broker's tables if missing; refuse a database from a newer broker."""
+        """Create the broker's tables if missing; refuse a database from a newer broker.
+
+        The version is read on a read-only connection first, so a refused file is left
+        byte-identical (opening it normally would already switch it to WAL mode).
+        """
+        self._check_version_read_only()
         with self.write() as conn:
-            exists = conn.execute(
-                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'broker_meta'"
-            ).fetchone()
-            if exists:
-                row = conn.execute("SELECT value FROM broker_meta WHERE key = 'schema_version'").fetchone()
-                version = int(row[0]) if row else 0
-                if version > SCHEMA_VERSION:
-                    raise UnsupportedDatabase(
-                        f"{self.target.path} has broker schema version {version}; this broker knows "
-                        f"up to {SCHEMA_VERSION}. Upgrade Tenure or point it at another database."
-                    )
+            self._check_version(conn)
             # Every statement is idempotent, so additions made within a version (a new index) reach
             # existing files too.
             for statement in _split_sql(schema_sql()):
                 conn.execute(statement)
+
+    def schema_ensure_on(self, conn: sqlite3.Connection) -> None:
+        """:meth:`schema_ensure` inside a caller's open transaction (nothing is committed here)."""
+        with translate_errors():
+            self._check_version(conn)
+            for statement in _split_sql(schema_sql()):
+                conn.execute(statement)
+
+    def _check_version_read_only(self) -> None:
+        if not os.path.exists(self.target.path) or os.path.getsize(self.target.path) == 0:
+            return
+        uri = "file:" + urllib.parse.quote(os.path.abspath(self.target.path)) + "?mode=ro"
+        try:
+            conn = sqlite3.connect(uri, uri=True, timeout=self.target.busy_timeout_ms / 1000)
+        except sqlite3.Error:
+            return  # not readable read-only (e.g. WAL without -shm): the write path checks again
+        try:
+            with translate_errors():
+                self._check_version(conn)
+        finally:
+            conn.close()
+
+    def _check_version(self, conn: sqlite3.Connection) -> None:
+        exists = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'broker_meta'").fetchone()
+        if not exists:
+            return
+        row = conn.execute("SELECT value FROM broker_meta WHERE key = 'schema_version'").fetchone()
+        version = int(row[0]) if row else 0
+        if version > SCHEMA_VERSION:
+            raise UnsupportedDatabase(
+                f"{self.target.path} has broker schema version {version}; this broker knows "
+                f"up to {SCHEMA_VERSION}. Upgrade Tenure or point it at another database."
+            )
 
     # -- messages ----------------------------------------------------------------------------------
     @staticmethod
@@ -430,9 +459,24 @@ class MessageStore:
         ).fetchall()
 
     # -- maintenance -------------------------------------------------------------------------------
-    @staticmethod
-    def wal_checkpoint(conn: sqlite3.Connection) -> tuple[int, int, int]:
-        return tuple(conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone())  # type: ignore[return-value]
+    def wal_checkpoint(self) -> tuple[int, int, int]:
+        """Checkpoint the WAL without ever blocking writers for long.
+
+        A dedicated connection with a tiny busy timeout runs PASSIVE (never blocks); only when that
+        copied the whole log does it TRUNCATE the file. A reader pinning an old snapshot therefore
+        costs disk space, not stalled enqueues.
+        """
+        conn = sqlite3.connect(self.target.path, timeout=0.02, isolation_level=None)
+        try:
+            conn.execute("PRAGMA busy_timeout = 20")
+            busy, log, done = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            if busy == 0 and log == done and log > 0:
+                busy, log, done = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            return busy, log, done
+        except sqlite3.OperationalError:
+            return 1, -1, -1
+        finally:
+            conn.close()
 
 
 def _split_sql(script: str) -> list[str]:

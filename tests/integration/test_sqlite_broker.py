@@ -151,11 +151,6 @@ def test_newer_schema_written_by_the_broker_is_refused_and_left_untouched(sqlite
     assert _digest(sqlite_path) == digest
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="broker bug: connect() switches the file to WAL (PRAGMA journal_mode) before the schema "
-    "version is checked, so a refused rollback-journal database is modified",
-)
 def test_newer_schema_in_a_rollback_journal_file_is_refused_and_left_byte_identical(
     sqlite_url: str, sqlite_path: Path
 ) -> None:
@@ -591,11 +586,6 @@ def test_the_wal_stays_bounded_through_a_50k_message_burst(sqlite_broker: SQLite
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.xfail(
-    strict=True,
-    reason="broker bug: the keeper's PRAGMA wal_checkpoint(TRUNCATE) waits on the pinned reader for the "
-    "whole busy timeout while blocking every writer, so each enqueue stalls for busy_timeout_ms",
-)
 def test_a_reader_pinning_the_wal_does_not_stall_writers_and_the_wal_shrinks_after(
     make_broker: Callable[..., SQLiteBroker], sqlite_path: Path
 ) -> None:
