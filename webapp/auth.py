@@ -171,11 +171,11 @@ def login():
         user = accounts.authenticate(services().engine, form.username.data, form.password.data)
         if user is None:
             flash("Invalid user name or password.", "error")
-            return render_template("login.html", form=form), 401
+            return render_template("login.html", form=form)
         session.clear()  # a fresh session on login: no fixation
         login_user(Identity(user, "session"))
         return redirect(_safe_next(request.args.get("next")))
-    return render_template("login.html", form=form), 400 if form.errors else 200
+    return render_template("login.html", form=form)
 
 
 @bp.route("/logout", methods=["POST"])

@@ -125,19 +125,48 @@ def jobs():
     )
 
 
-@bp.route("/jobs/<job_id>")
-def job(job_id: str):
+def attempts_from(events: list[Any]) -> list[dict[str, Any]]:
+    """Attempt history from the status events: each ``running`` event opens an attempt, the next
+    status event closes it (``queued`` after running means a retry was scheduled)."""
+    attempts: list[dict[str, Any]] = []
+    for event in events:
+        if event.type != "status":
+            continue
+        status = event.data.get("status")
+        if status == "running":
+            attempts.append(
+                {
+                    "attempt": event.data.get("attempt", len(attempts) + 1),
+                    "started": event.created_at,
+                    "ended": None,
+                    "outcome": "running",
+                    "error": None,
+                }
+            )
+        elif attempts and attempts[-1]["ended"] is None:
+            attempts[-1].update(
+                ended=event.created_at,
+                outcome="retry scheduled" if status == "queued" else status,
+                error=event.data.get("error"),
+            )
+    return attempts
+
+
+def _detail(template: str, job_id: str):  # type: ignore[no-untyped-def]
     record = services().jobs.get(g.identity.scope, job_id)
     events = services().jobs.events(g.identity.scope, job_id, after=0, limit=500)
-    return render_template("job.html", job=record, events=events, form=EmptyForm())
+    return render_template(template, job=record, events=events, attempts=attempts_from(events), form=EmptyForm())
+
+
+@bp.route("/jobs/<job_id>")
+def job(job_id: str):
+    return _detail("job.html", job_id)
 
 
 @bp.route("/jobs/<job_id>/panel")
 def job_panel(job_id: str):
-    """The live part of the detail page (status, progress, buttons, result, timeline)."""
-    record = services().jobs.get(g.identity.scope, job_id)
-    events = services().jobs.events(g.identity.scope, job_id, after=0, limit=500)
-    return render_template("_job_panel.html", job=record, events=events, form=EmptyForm())
+    """The live part of the detail page (status, progress, buttons, result, attempts, timeline)."""
+    return _detail("_job_panel.html", job_id)
 
 
 @bp.route("/jobs/<job_id>/row")
@@ -218,7 +247,7 @@ def submit(kind_name: str):
     if kind is None:
         raise JobNotFoundError(f"No job kind named {kind_name!r}.")
     form = submit_form_for(kind, request.form if request.method == "POST" else None)
-    status = 200
+    # A form shown again with its validation messages is a 200 page (a 4xx would be a console error).
     if request.method == "POST":
         if form.validate():
             try:
@@ -232,16 +261,12 @@ def submit(kind_name: str):
                 )
             except Invalid as exc:
                 _attach_errors(form, exc)
-                status = 422
             except Conflict as exc:
                 form.form_errors.append(exc.message)
-                status = 409
             else:
                 flash(f"Submitted job {record.id}." if created else f"Already submitted as job {record.id}.", "info")
                 return redirect(url_for("ui.job", job_id=record.id))
-        else:
-            status = 422
-    return render_template("submit.html", kind=kind, form=form), status
+    return render_template("submit.html", kind=kind, form=form)
 
 
 def _attach_errors(form: Any, exc: ApiError) -> None:
@@ -271,7 +296,7 @@ def tokens():
         form=form,
         revoke_form=EmptyForm(),
         new_secret=new_secret,
-    ), (200 if not form.errors else 422)
+    )
 
 
 @bp.route("/tokens/<int:token_id>/revoke", methods=["POST"])

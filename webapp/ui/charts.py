@@ -48,7 +48,10 @@ def line_chart(
             for i, v in enumerate(values)
             if v is not None
         ]
-        if points:
+        for point in points:  # a single point would be an invisible line
+            x, y = point.split(",")
+            parts.append(f'<circle class="{css}" cx="{x}" cy="{y}" r="2.5"/>')
+        if len(points) > 1:
             parts.append(
                 f'<polyline class="{css}" fill="none" points="{" ".join(points)}">'
                 f"<title>{escape(name)}</title></polyline>"
@@ -61,7 +64,7 @@ def line_chart(
 def _frame(title: str, top: float, unit: str) -> str:
     return (
         f'<line class="axis" x1="{PAD}" y1="{HEIGHT - PAD}" x2="{WIDTH - PAD}" y2="{HEIGHT - PAD}"/>'
-        f'<text class="tick" x="2" y="{PAD}">{top:g}{escape(unit)}</text>'
+        f'<text class="tick" x="2" y="{PAD}">{top:.3g}{escape(unit)}</text>'
         f'<text class="tick" x="2" y="{HEIGHT - PAD}">0</text>'
     )
 
@@ -86,9 +89,17 @@ def _legend(items: Sequence[tuple[str, str]]) -> str:
     return "".join(out)
 
 
+class Chart(Markup):
+    """SVG markup that also carries its title (for the figure caption)."""
+
+    title: str = ""
+
+
 def _svg(title: str, parts: list[str]) -> Markup:
     body = "".join(parts)
-    return Markup(
+    chart = Chart(
         f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{escape(title)}" '
         f'preserveAspectRatio="xMidYMid meet"><title>{escape(title)}</title>{body}</svg>'
     )
+    chart.title = title
+    return chart

@@ -26,7 +26,7 @@ def ops():
     labels = [b.start.strftime("%H:%M") for b in buckets]
     charts = [
         bar_chart(
-            "Finished jobs per minute",
+            "Throughput: finished jobs per minute",
             labels,
             [
                 ("succeeded", "s-ok", [b.succeeded for b in buckets]),
@@ -35,7 +35,7 @@ def ops():
             ],
         ),
         line_chart(
-            "Latency (seconds)",
+            "Latency: queue wait and run time (seconds)",
             labels,
             [
                 ("wait p50", "l-wait", [b.wait_p50_s for b in buckets]),
@@ -44,7 +44,9 @@ def ops():
             ],
             unit=" s",
         ),
-        bar_chart("Failures per minute", labels, [("failed", "s-bad", [b.failed for b in buckets])]),
+        bar_chart(
+            "Failures per minute (failed and interrupted)", labels, [("failed", "s-bad", [b.failed for b in buckets])]
+        ),
     ]
     return render_template(
         "ops.html", charts=charts, queues=_safe(operations.queues), workers=_safe(operations.workers)
