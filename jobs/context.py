@@ -216,6 +216,7 @@ class JobContext:
                 if seq is None:  # cannot happen under the lock taken on entry; kept as the fence of last resort
                     raise self._stale("result_transaction commit")
                 tx = db.session_tx(session)
+                tx.broker = self._broker
                 events.status_event(
                     tx,
                     job_id=self.job_id,

@@ -94,6 +94,12 @@ def cancel(engine: Engine, job_id: str, *, by: str, is_admin: bool = False) -> C
                     now=now,
                 )
                 outcome = CancelOutcome.REQUESTED
+                if job.worker_id == store.WORKFLOW_WORKER:
+                    from .workflows import cancel_children
+
+                    parent = store.job_get(tx.conn, job_id)
+                    assert parent is not None
+                    cancel_children(tx, parent)
         else:
             outcome = CancelOutcome.ALREADY_FINISHED
         after = store.job_get(tx.conn, job_id)
@@ -133,6 +139,10 @@ def retry(
         raise JobNotRetryable(
             f"job {job_id} is {job.status}; only failed, cancelled or interrupted jobs can be retried"
         )
+    if job.actor_name == "":  # a workflow parent: re-run the steps that did not succeed
+        from .workflows import retry_workflow
+
+        return retry_workflow(engine, job_id, by=by, is_admin=is_admin, registry=registry, settings=settings)
     resource = (job.resource_type, job.resource_id) if job.resource_type is not None else None
     return submit(
         engine,

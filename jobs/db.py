@@ -117,12 +117,14 @@ def read(engine: Engine) -> Iterator[Connection]:
 class Tx:
     """An open transaction: its connection and the notices to deliver once it commits."""
 
-    __slots__ = ("conn", "notices", "_session")
+    __slots__ = ("conn", "notices", "_session", "broker")
 
     def __init__(self, conn: Connection, notices: Any, session: Session | None = None) -> None:
         self.conn = conn
         self.notices = notices
         self._session = session
+        #: The broker for messages this transaction may have to write (workflow steps becoming ready).
+        self.broker: Any = None
 
     def notify(self, notice: Any) -> None:
         self.notices.add(notice)

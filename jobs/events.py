@@ -7,6 +7,9 @@ from typing import Any
 from . import store
 from .db import Tx
 from .notify import Notice
+from .status import TERMINAL_STATUSES
+
+TERMINAL = frozenset(s.value for s in TERMINAL_STATUSES)
 
 
 def record(
@@ -27,7 +30,10 @@ def record(
 
 
 def status_event(tx: Tx, *, job_id: str, owner_id: str, sequence: int, status: str, now: int, **data: Any) -> None:
-    """The event every status change writes: ``{"status": …, …}``."""
+    """The event every status change writes: ``{"status": …, …}``.
+
+    A step of a workflow reaching a final status moves its workflow on, in the same transaction.
+    """
     record(
         tx,
         job_id=job_id,
@@ -38,3 +44,7 @@ def status_event(tx: Tx, *, job_id: str, owner_id: str, sequence: int, status: s
         status=status,
         now=now,
     )
+    if status in TERMINAL:
+        from .workflows import on_job_finished  # late: workflows records events too
+
+        on_job_finished(tx, job_id, status)

@@ -285,6 +285,7 @@ class JobMiddleware(Middleware):
         if outcome == "error" and broker is not None:
             prepare_broker(broker)
         with db.write(self.engine) as tx:
+            tx.broker = broker
             conn = tx.conn
             now = store.now_ms()
             if outcome == "ok":

@@ -97,6 +97,7 @@ def recover_expired(engine: Engine, now: int | None = None, *, broker: Broker | 
 def recover_in(tx: db.Tx, broker: Broker, now: int, *, limit: int, job_id: str | None = None) -> RecoveryReport:
     """Recover expired jobs inside the open write transaction *tx* (see :func:`recover_expired`)."""
     conn = tx.conn
+    tx.broker = tx.broker or broker
     in_file = same_sqlite_file(conn, broker)
     queues = sorted(broker.queues) if in_file and isinstance(broker, SQLiteBroker) else None
     counts = {"requeued": 0, "cancelled": 0, "interrupted": 0, "failed": 0}

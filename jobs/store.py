@@ -532,3 +532,116 @@ def outbox_prune(conn: Connection, published_before: int) -> int:
 
 def outbox_pending_count(conn: Connection) -> int:
     return int(conn.execute(_q("SELECT count(*) FROM outbox WHERE published_at IS NULL")).scalar_one())
+
+
+# -- workflows (a parent job and its steps, a DAG in job_dependencies) ---------------------------------
+#: ``worker_id`` of a running workflow parent: the steps' completions drive it, no worker leases it.
+WORKFLOW_WORKER = "workflow"
+#: ``lease_expires_at`` of a running workflow parent: never expires, so recovery never touches it.
+WORKFLOW_LEASE = 2**62
+
+
+def job_workflow_start(conn: Connection, parent_id: str, now: int) -> int | None:
+    """A new workflow parent: queued → running (coordinated by its steps, not leased)."""
+    row = conn.execute(
+        _q(
+            "UPDATE jobs SET status = 'running', attempt = 1, worker_id = :worker, lease_expires_at = :lease, "
+            "started_at = :now, updated_at = :now, event_seq = event_seq + 1 "
+            "WHERE id = :id AND status = 'queued' RETURNING event_seq"
+        ),
+        {"id": parent_id, "worker": WORKFLOW_WORKER, "lease": WORKFLOW_LEASE, "now": now},
+    ).fetchone()
+    return None if row is None else int(row[0])
+
+
+def job_workflow_finish(
+    conn: Connection, parent_id: str, status: str, result: str | None, error: str | None, now: int
+) -> int | None:
+    """A running workflow parent → succeeded / failed / cancelled."""
+    row = conn.execute(
+        _q(
+            "UPDATE jobs SET status = :status, result = :result, error = :error, worker_id = NULL, "
+            "lease_expires_at = NULL, completed_at = :now, updated_at = :now, event_seq = event_seq + 1, "
+            "progress = coalesce(:progress, progress) "
+            "WHERE id = :id AND status = 'running' AND worker_id = :worker RETURNING event_seq"
+        ),
+        {
+            "id": parent_id,
+            "status": status,
+            "result": result,
+            "error": error,
+            "now": now,
+            "worker": WORKFLOW_WORKER,
+            "progress": 1.0 if status == "succeeded" else None,
+        },
+    ).fetchone()
+    return None if row is None else int(row[0])
+
+
+def job_workflow_progress(conn: Connection, parent_id: str, fraction: float, now: int) -> None:
+    conn.execute(
+        _q(
+            "UPDATE jobs SET progress = :fraction, updated_at = :now "
+            "WHERE id = :id AND status = 'running' AND worker_id = :worker"
+        ),
+        {"id": parent_id, "fraction": fraction, "now": now, "worker": WORKFLOW_WORKER},
+    )
+
+
+def job_parent_id(conn: Connection, job_id: str) -> str | None:
+    row = conn.execute(_q("SELECT parent_job_id FROM jobs WHERE id = :id"), {"id": job_id}).fetchone()
+    return None if row is None else row[0]
+
+
+def job_children(conn: Connection, parent_id: str) -> list[JobRow]:
+    rows = conn.execute(
+        _q(f"SELECT {JOB_COLUMNS} FROM jobs WHERE parent_job_id = :p ORDER BY created_at, id"), {"p": parent_id}
+    ).fetchall()
+    return [r for r in map(_job, rows) if r is not None]
+
+
+def dependency_insert(conn: Connection, job_id: str, depends_on_job_id: str) -> None:
+    conn.execute(
+        _q("INSERT INTO job_dependencies (job_id, depends_on_job_id) VALUES (:j, :d)"),
+        {"j": job_id, "d": depends_on_job_id},
+    )
+
+
+def dependency_list(conn: Connection, parent_id: str) -> list[tuple[str, str]]:
+    """``(job_id, depends_on_job_id)`` edges of a workflow's steps."""
+    return [
+        (r[0], r[1])
+        for r in conn.execute(
+            _q(
+                "SELECT d.job_id, d.depends_on_job_id FROM job_dependencies d JOIN jobs j ON j.id = d.job_id "
+                "WHERE j.parent_job_id = :p"
+            ),
+            {"p": parent_id},
+        )
+    ]
+
+
+def dependency_ready_dependents(conn: Connection, job_id: str) -> list[JobRow]:
+    """Queued steps depending on *job_id* whose dependencies have all succeeded."""
+    rows = conn.execute(
+        _q(
+            f"SELECT {', '.join('j.' + c.strip() for c in JOB_COLUMNS.split(','))} FROM job_dependencies d "
+            "JOIN jobs j ON j.id = d.job_id WHERE d.depends_on_job_id = :id AND j.status = 'queued' "
+            "AND NOT EXISTS (SELECT 1 FROM job_dependencies d2 JOIN jobs j2 ON j2.id = d2.depends_on_job_id "
+            "WHERE d2.job_id = d.job_id AND j2.status <> 'succeeded')"
+        ),
+        {"id": job_id},
+    ).fetchall()
+    return [r for r in map(_job, rows) if r is not None]
+
+
+def dependency_unmet_count(conn: Connection, job_id: str) -> int:
+    return int(
+        conn.execute(
+            _q(
+                "SELECT count(*) FROM job_dependencies d JOIN jobs j ON j.id = d.depends_on_job_id "
+                "WHERE d.job_id = :id AND j.status <> 'succeeded'"
+            ),
+            {"id": job_id},
+        ).scalar_one()
+    )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -97,6 +97,56 @@ def submit(
     """
     k = (registry or default_registry).get(kind)
     settings = settings or current_settings()
+    row = new_job_row(
+        owner_id=owner_id,
+        kind=k.name,
+        actor_name=k.actor.actor_name,
+        queue_name=k.actor.queue_name,
+        safe_to_rerun=k.safe_to_rerun,
+        payload=payload,
+        resource=resource,
+        idempotency_key=idempotency_key,
+        priority=priority,
+        delay=delay,
+        max_attempts=max_attempts or k.max_attempts or settings.max_attempts,
+        timeout_s=timeout_s or k.timeout_s or settings.job_timeout_s,
+        config={**settings.job_snapshot(), **dict(config or {})},
+        retry_of_job_id=retry_of_job_id,
+        parent_job_id=parent_job_id,
+    )
+    delay_ms = row["run_after"] - row["created_at"]
+    broker = k.actor.broker
+    prepare_broker(broker, k.queue)
+    if isinstance(target, Session):
+        return _submit_in(db.session_tx(target), row, broker, delay_ms)
+    with db.write(target) as tx:
+        return _submit_in(tx, row, broker, delay_ms)
+
+
+def new_job_row(
+    *,
+    owner_id: str,
+    kind: str,
+    actor_name: str,
+    queue_name: str,
+    safe_to_rerun: bool,
+    payload: Mapping[str, Any] | None,
+    resource: tuple[str, str] | None,
+    idempotency_key: str | None,
+    priority: int,
+    delay: float | timedelta | None,
+    max_attempts: int,
+    timeout_s: int,
+    config: Mapping[str, Any],
+    retry_of_job_id: str | None = None,
+    parent_job_id: str | None = None,
+    digest: str | None = None,
+) -> dict[str, Any]:
+    """Validate a request and build the ``jobs`` row :func:`jobs.store.job_insert` expects.
+
+    Raises:
+      ValueError: A malformed argument.
+    """
     _check_text("owner_id", owner_id, required=True)
     _check_text("idempotency_key", idempotency_key, required=False)
     payload = dict(payload or {})
@@ -108,40 +158,30 @@ def submit(
         if len(resource) != 2:
             raise ValueError("resource must be a (type, id) pair")
         resource = (str(resource[0]), str(resource[1]))
-    attempts = max_attempts or k.max_attempts or settings.max_attempts
-    timeout = timeout_s or k.timeout_s or settings.job_timeout_s
-    if attempts < 1 or timeout < 1:
+    if max_attempts < 1 or timeout_s < 1:
         raise ValueError("max_attempts and timeout_s must be at least 1")
-    delay_ms = int(_seconds(delay) * 1000)
-    snapshot = {**settings.job_snapshot(), **dict(config or {})}
-    broker = k.actor.broker
-    prepare_broker(broker, k.queue)
     now = store.now_ms()
-    row = {
+    return {
         "id": uuid.uuid4().hex,
         "owner_id": owner_id,
-        "kind": k.name,
-        "actor_name": k.actor.actor_name,
-        "queue_name": k.actor.queue_name,
+        "kind": kind,
+        "actor_name": actor_name,
+        "queue_name": queue_name,
         "resource_type": resource[0] if resource else None,
         "resource_id": resource[1] if resource else None,
         "idempotency_key": idempotency_key,
-        "request_digest": request_digest(k.name, payload, resource),
+        "request_digest": digest or request_digest(kind, payload, resource),
         "payload": payload_text,
-        "config": store.dumps(snapshot),
+        "config": store.dumps(dict(config)),
         "priority": int(priority),
-        "max_attempts": int(attempts),
-        "timeout_s": int(timeout),
-        "safe_to_rerun": bool(k.safe_to_rerun),
-        "run_after": now + delay_ms,
+        "max_attempts": int(max_attempts),
+        "timeout_s": int(timeout_s),
+        "safe_to_rerun": bool(safe_to_rerun),
+        "run_after": now + int(_seconds(delay) * 1000),
         "created_at": now,
         "retry_of_job_id": retry_of_job_id,
         "parent_job_id": parent_job_id,
     }
-    if isinstance(target, Session):
-        return _submit_in(db.session_tx(target), row, broker, delay_ms)
-    with db.write(target) as tx:
-        return _submit_in(tx, row, broker, delay_ms)
 
 
 def _existing(tx: db.Tx, found: tuple[str, str], digest: str) -> JobRecord:
@@ -157,7 +197,18 @@ class _KeyTaken(Exception):
     pass
 
 
-def _submit_in(tx: db.Tx, row: dict[str, Any], broker: Any, delay_ms: int) -> JobRecord:
+def _submit_in(
+    tx: db.Tx,
+    row: dict[str, Any],
+    broker: Any,
+    delay_ms: int,
+    *,
+    after_insert: Callable[[db.Tx, dict[str, Any]], None] | None = None,
+) -> JobRecord:
+    """Insert *row* (unless its idempotency key already names a job) with its first event and message.
+
+    ``broker=None`` writes no message (a workflow parent); ``after_insert`` runs once the row exists.
+    """
     conn = tx.conn
     key = row["idempotency_key"]
     if key is not None:
@@ -184,6 +235,13 @@ def _submit_in(tx: db.Tx, row: dict[str, Any], broker: Any, delay_ms: int) -> Jo
         if key is not None:
             store.idempotency_insert(conn, row["owner_id"], row["kind"], key, row["request_digest"], row["id"], now)
     events.status_event(tx, job_id=row["id"], owner_id=row["owner_id"], sequence=1, status="queued", now=now)
+    if after_insert is not None:
+        after_insert(tx, row)
+        job = store.job_get(conn, row["id"])
+        assert job is not None
+        return JobRecord.from_row(job, created=True)
+    if broker is None:
+        return JobRecord.from_row(_new_row(row), created=True)
     publish_in_transaction(
         conn,
         broker,
