@@ -57,7 +57,11 @@ def main(argv: list[str] | None = None) -> int:
 
         if args.app:
             importlib.import_module(args.app)
-        relay_forever(settings)
+        try:
+            relay_forever(settings)
+        except SchemaMismatch as e:
+            print(f"tenure: {e}", file=sys.stderr)
+            return 1
         return 0
     return 2
 

@@ -31,6 +31,7 @@ from .schema import check_database_at_head
 from .settings import Settings, SettingsError
 from .status import JobStatus
 from .submit import submit
+from .workflows import Step, retry_workflow, submit_workflow, workflow_steps
 
 __all__ = [
     "CancelOutcome",
@@ -53,6 +54,7 @@ __all__ = [
     "ResultTransaction",
     "SchemaMismatch",
     "Settings",
+    "Step",
     "SettingsError",
     "StaleAttempt",
     "UnknownKind",
@@ -69,5 +71,8 @@ __all__ = [
     "registry",
     "relay_once",
     "retry",
+    "retry_workflow",
     "submit",
+    "submit_workflow",
+    "workflow_steps",
 ]

@@ -172,7 +172,12 @@ class JobMiddleware(Middleware):
         except Exception:
             logger.exception("Recovery at worker start failed; the keeper retries it.")
 
-    def before_worker_shutdown(self, broker: Broker, worker: Any) -> None:
+    def after_worker_shutdown(self, broker: Broker, worker: Any) -> None:
+        # After the worker threads were joined: jobs still finishing during shutdown keep their leases.
+        self.stop()
+
+    def stop(self) -> None:
+        """Stop the keeper thread (lease renewal, timeouts, recovery) of this process."""
         keeper, self._keeper = self._keeper, None
         if keeper is not None:
             keeper.stop()

@@ -62,8 +62,15 @@ def relay_once(engine: Engine, broker: Broker | None = None, *, limit: int = REL
 
 
 def relay_forever(settings: Settings, broker: Broker | None = None, *, stop: threading.Event | None = None) -> None:
-    """Run the relay until *stop* is set: publish, prune old rows, sleep when idle."""
+    """Run the relay until *stop* is set: publish, prune old rows, sleep when idle.
+
+    Raises:
+      SchemaMismatch: The database is not at this code's schema revision (checked first, read-only).
+    """
+    from .schema import check_database_at_head
+
     engine = db.make_engine(settings.database_url, busy_timeout_ms=settings.sqlite_busy_timeout_ms)
+    check_database_at_head(engine)
     stop = stop or threading.Event()
     next_prune = 0.0
     logger.info("Outbox relay started.")

@@ -70,3 +70,32 @@ def test_sigkill_mid_job(backend: str, tmp_path: Path) -> None:
         # the interrupted job can be retried by a person, as a new job
         again = jobs.retry(d.engine, unsafe.id, by="u1", registry=c.registry, settings=c.settings)
         assert again.retry_of_job_id == unsafe.id
+
+
+@pytest.mark.timeout(60)
+def test_workflow_runs_on_a_real_worker(backend: str, tmp_path: Path) -> None:
+    with deployment(backend, tmp_path) as d, client(d) as c:
+        d.start_relay()
+        d.start_worker()
+        parent = jobs.submit_workflow(
+            d.engine,
+            owner_id="u1",
+            name="diamond",
+            steps=[
+                jobs.Step("a", "acc_echo", {"v": "a"}),
+                jobs.Step("b", "acc_echo", {"v": "b"}, depends_on=["a"]),
+                jobs.Step("c", "acc_echo", {"v": "c"}, depends_on=["a"]),
+                jobs.Step("d", "acc_echo", {"v": "d"}, depends_on=["b", "c"]),
+            ],
+            registry=c.registry,
+            settings=c.settings,
+        )
+        wait_for(
+            "the workflow to succeed",
+            lambda: d.scalar("SELECT status FROM jobs WHERE id = :i", i=parent.id) == "succeeded",
+            45,
+            d,
+        )
+        steps = jobs.workflow_steps(d.engine, parent.id, owner_id="u1")
+        assert [s.status for s in steps] == ["succeeded"] * 4
+        assert sorted(s.result["v"] for s in steps) == ["a", "b", "c", "d"]

@@ -129,7 +129,7 @@ def test_timeout_fails_with_fixed_message(tmp_path: Path) -> None:
             _run(env, job.id)
             assert time.monotonic() - started < 3
         finally:
-            env.mw.before_worker_shutdown(env.broker, None)
+            env.mw.stop()
         rec = jobs.get_job(env.engine, job.id, owner_id="u1")
         assert rec.status == "failed" and rec.error == "Job timed out." and rec.attempt == 1
 
