@@ -114,7 +114,7 @@ class JobContext:
         """
         if fraction is not None and not 0.0 <= fraction <= 1.0:
             raise ValueError(f"progress fraction must be within [0, 1], got {fraction}")
-        with db.write(self._engine) as tx:
+        with self._critical(), db.write(self._engine) as tx:
             seq = store.job_progress_if_current(
                 tx.conn, self.job_id, self.attempt, self.worker_id, fraction, message, store.now_ms()
             )
@@ -133,7 +133,7 @@ class JobContext:
         if type in RESERVED_EVENT_TYPES:
             raise ValueError(f"event type {type!r} is reserved for the job layer")
         store.dumps(data)
-        with db.write(self._engine) as tx:
+        with self._critical(), db.write(self._engine) as tx:
             seq = store.job_event_seq_next_if_current(tx.conn, self.job_id, self.attempt, self.worker_id)
             if seq is None:
                 raise self._stale("event")
@@ -156,7 +156,7 @@ class JobContext:
           JobCancelled: A cancel was requested.
           StaleAttempt: This attempt is no longer current.
         """
-        with db.read(self._engine) as conn:
+        with self._critical(), db.read(self._engine) as conn:
             current, cancel = store.job_check_current(conn, self.job_id, self.attempt, self.worker_id)
         if not current:
             raise self._stale("check_cancelled")
@@ -195,9 +195,10 @@ class JobContext:
         """
         session = Session(self._engine, expire_on_commit=False)
         try:
-            session.begin()
-            conn = session.connection()  # BEGIN IMMEDIATE (SQLite) happens here
-            current, cancel = store.job_check_current_for_update(conn, self.job_id, self.attempt, self.worker_id)
+            with self._critical():
+                session.begin()
+                conn = session.connection()  # BEGIN IMMEDIATE (SQLite) happens here
+                current, cancel = store.job_check_current_for_update(conn, self.job_id, self.attempt, self.worker_id)
             if not current:
                 raise self._stale("result_transaction")
             if cancel:
@@ -287,7 +288,8 @@ class JobContext:
 
     @contextmanager
     def _critical(self) -> Iterator[None]:
-        """A section the timeout must not interrupt (a commit); refuses to start past the deadline."""
+        """A section the timeout must not interrupt (the job layer's own database work, so a
+        connection is never abandoned half-way through a statement); refuses to start past the deadline."""
         with self._phase_lock:
             previous = self._phase
             if previous == _USER and time.monotonic() >= self.deadline:

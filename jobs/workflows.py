@@ -26,6 +26,7 @@ from sqlalchemy import Engine
 
 from . import db, events, store
 from .errors import JobNotFound, JobNotRetryable
+from .notify import Notice
 from .publish import prepare_broker, publish_in_transaction, resolve_broker
 from .records import JobRecord
 from .registry import Registry
@@ -226,6 +227,7 @@ def on_job_finished(tx: db.Tx, job_id: str, status: str) -> None:
         _finish_parent(tx, parent, "succeeded", store.dumps({"steps": steps}), None, now)
         return
     store.job_workflow_progress(conn, parent_id, round(len(done) / max(1, len(children)), 4), now)
+    tx.notify(Notice(parent_id, parent.owner_id, "progress", "running", parent.event_seq))
     if status != JobStatus.SUCCEEDED and not cancel_requested:
         step = next(c for c in children if c.id == job_id)
         name = json.loads(step.config).get(STEP_KEY, step.id)
