@@ -9,7 +9,8 @@ run, and the next tick tries again):
 4. prune what is kept only for a while: finished jobs and events (job layer), dead letters past
    their TTL (``broker.purge_dead``), schedule fire rows past their retention (each schedule's
    latest fire row is always kept);
-5. refresh the schedules' view (declared text, next tick) that the UI and metrics read.
+5. refresh the schedules' view (declared text, next tick) that the UI and metrics read;
+6. remove the scratch directories of renders whose worker was killed (``tasks.outputs``).
 
 Every step is a guarded statement (an expired lease is reclaimed once, a row is deleted once), so
 two runs at the same time, or a run repeated, change nothing more than one run.
@@ -21,6 +22,7 @@ import importlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import dramatiq
@@ -29,7 +31,9 @@ from dramatiq.broker import Broker
 from broker import SQLiteBroker
 from jobs.outbox import relay_once
 from jobs.recovery import recover_expired
+from jobs.settings import current_settings
 
+from .outputs import clean_partial_outputs
 from .scheduling import every, install, scheduler_for
 
 logger = logging.getLogger(__name__)
@@ -71,6 +75,7 @@ class ResyncReport:
     fires_pruned: int | None = None
     schedules_refreshed: int | None = None
     errors: tuple[str, ...] = field(default=())
+    partials_removed: int | None = None
 
 
 _config = MaintenanceConfig()
@@ -129,7 +134,11 @@ def run_resync(broker: Broker, *, config: MaintenanceConfig | None = None) -> Re
     )
     fires = step("prune_fires", lambda: scheduler.prune_fires(config.fire_retention_s))
     refreshed = step("refresh_schedules", scheduler.refresh)
-    report = ResyncReport(reaped, recovered, republished, jobs_pruned, purged, fires, refreshed, tuple(errors))
+    # Scratch directories of renders whose worker was killed (tasks.outputs).
+    partials = step("clean_partials", lambda: clean_partial_outputs(engine, Path(current_settings().output_root)))
+    report = ResyncReport(
+        reaped, recovered, republished, jobs_pruned, purged, fires, refreshed, tuple(errors), partials_removed=partials
+    )
     if reaped or recovered or republished:
         logger.info("Resync: %s", report)
     else:

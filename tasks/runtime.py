@@ -81,7 +81,7 @@ class TaskSettings:
         )
 
 
-_lock = threading.Lock()
+_lock = threading.RLock()  # task_settings() is called under it by write_gates()
 _settings: TaskSettings | None = None
 _engine: tuple[int, Engine] | None = None
 _gates: WriteGateRegistry | None = None

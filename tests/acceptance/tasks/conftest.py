@@ -57,6 +57,7 @@ class Fleet:
     settings: Settings
     env_extra: dict[str, str] = field(default_factory=dict)
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    killed: set[str] = field(default_factory=set)
 
     @property
     def output_root(self) -> Path:
@@ -69,7 +70,7 @@ class Fleet:
             TENURE_DATABASE_URL=url,
             TENURE_BROKER_URL=url,
             TENURE_OUTPUT_ROOT=str(self.output_root),
-            TENURE_JOB_LEASE_TTL_S="2",
+            TENURE_JOB_LEASE_TTL_S="4",
             TENURE_RECOVERY_INTERVAL_S="1",
             TENURE_ASR_THREADS="1",
             PYTHONUNBUFFERED="1",
@@ -125,7 +126,11 @@ class Fleet:
             if value:
                 return value
             for name, p in self.procs.items():
-                if p.poll() is not None and p.returncode not in (-signal.SIGKILL, -signal.SIGTERM, 0):
+                if (
+                    name not in self.killed
+                    and p.poll() is not None
+                    and p.returncode not in (-signal.SIGKILL, -signal.SIGTERM, 0)
+                ):
                     raise AssertionError(f"worker {name} exited with {p.returncode}:\n{self.logs()}")
             if time.monotonic() >= deadline:
                 raise AssertionError(f"timed out after {timeout_s}s waiting for {what}:\n{self.logs()}")
@@ -133,6 +138,17 @@ class Fleet:
 
     def wait_terminal(self, job_id: str, timeout_s: float = 60) -> jobs.JobRecord:
         return self.wait(lambda: (j := self.job(job_id)).terminal and j, timeout_s, f"job {job_id} to finish")
+
+    def sigkill_worker_process(self, pid: int) -> str:
+        """SIGKILL one worker process (a child of a started ``dramatiq``); returns which one it was.
+
+        Dramatiq's main process then shuts down with exit code 1, which :meth:`wait` expects.
+        """
+        ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        name = next(n for n, p in self.procs.items() if p.pid == ppid)
+        self.killed.add(name)
+        os.kill(pid, signal.SIGKILL)
+        return name
 
     def logs(self) -> str:
         return "\n".join(

@@ -7,11 +7,17 @@ the actors, exactly as a deployment's worker would. Everything else comes from `
 
 from __future__ import annotations
 
+import faulthandler
+import signal
+
 import dramatiq
 
 import tasks  # noqa: F401  (sets the broker from TENURE_BROKER_URL)
 from jobs import JobMiddleware
 from jobs import install as install_jobs
+
+# `kill -USR1 <pid>` dumps every thread's stack into the worker's log (for a test that hangs).
+faulthandler.register(signal.SIGUSR1, all_threads=True)
 
 broker = dramatiq.get_broker()
 if not any(isinstance(m, JobMiddleware) for m in broker.middleware):
