@@ -88,14 +88,15 @@ def render_clip_job(
         fonts_dir=Path(settings.fonts_dir) if settings.fonts_dir else None,
         timeout_s=float(ctx.timeout_s),
     )
-    output = ctx.output_path(f"{name}.mp4")
-    thumb = ctx.output_path(f"{name}.jpg") if thumbnail else None
     reporter = Reporter(ctx, 0.0, 0.99)
 
     def ffmpeg_started(pid: int) -> None:
         ctx.event("ffmpeg_started", pid=pid)
 
     with gated_write(ctx):
+        # Declaring the outputs creates the job's directory: a write the gate must see too.
+        output = ctx.output_path(f"{name}.mp4")
+        thumb = ctx.output_path(f"{name}.jpg") if thumbnail else None
         try:
             rendered = render_clip(
                 segments,

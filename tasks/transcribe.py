@@ -101,8 +101,8 @@ def transcribe_job(
             ctx.event("transcription_stopped", segments_done=getattr(exc, "segments_done", 0))
         reporter.reraise()
         raise JobCancelled() from None
-    srt = ctx.output_path(f"segment-{segment}.srt")
     with gated_write(ctx):
+        srt = ctx.output_path(f"segment-{segment}.srt")
         srt.write_text(transcript.srt(), encoding="utf-8")
     cues = [{"start_s": round(s.start_s, 3), "end_s": round(s.end_s, 3), "text": s.text} for s in transcript.segments]
     end = transcript.end_s
