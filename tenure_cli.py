@@ -18,7 +18,10 @@ def main(argv: list[str] | None = None) -> int:
     relay = sub.add_parser("relay", help="publish the outbox to the broker (needed when it is not SQLite)")
     relay.add_argument("--app", help="module declaring the job kinds and the broker (e.g. tasks)")
     _add_users_parser(sub)
+    _add_demo_parser(sub)
     args = parser.parse_args(argv)
+    if args.command == "demo":
+        return _demo_command(args)
 
     from jobs.errors import SchemaMismatch
     from jobs.settings import Settings, SettingsError
@@ -76,6 +79,49 @@ def _add_users_parser(sub: argparse._SubParsersAction) -> None:
         "--password-stdin", action="store_true", help="read the password from stdin instead of generating one"
     )
     users_sub.add_parser("ensure-admin", help="create user 'admin' with a random password if no admin exists")
+
+
+def _add_demo_parser(sub: argparse._SubParsersAction) -> None:
+    demo = sub.add_parser("demo", help="demo data")
+    demo_sub = demo.add_subparsers(dest="demo_command", required=True)
+    make = demo_sub.add_parser(
+        "make-recording", help="write a synthetic live-stream recording folder (FLV segments + danmaku XML)"
+    )
+    make.add_argument("directory", help="folder to create (the files go directly into it)")
+    make.add_argument("--segments", type=int, default=3, help="number of segments (default 3)")
+    make.add_argument("--seconds", type=float, default=6.0, help="length of each segment (default 6)")
+    make.add_argument(
+        "--truncate", type=int, default=None, metavar="N", help="cut segment N as a crashed recorder would"
+    )
+    make.add_argument("--malformed-xml", type=int, default=None, metavar="N", help="cut segment N's danmaku XML")
+
+
+def _demo_command(args: argparse.Namespace) -> int:
+    """``tenure demo make-recording DIR``: test-pattern video, tone, speech and danmaku, with ffmpeg."""
+    from tasks.domain.demo_recording import make_recording
+    from tasks.domain.media.ffmpeg import FfmpegError, FfmpegNotFound
+
+    if args.segments < 1 or args.seconds <= 0:
+        print("tenure: --segments must be at least 1 and --seconds positive", file=sys.stderr)
+        return 2
+    try:
+        made = make_recording(
+            args.directory,
+            segments=args.segments,
+            seconds=args.seconds,
+            truncate_segment=args.truncate,
+            malformed_xml=args.malformed_xml,
+        )
+    except (FfmpegError, FfmpegNotFound) as exc:
+        print(f"tenure: {exc}", file=sys.stderr)
+        return 1
+    for segment in made.segments:
+        notes = [n for n, on in (("truncated", segment.truncated), ("malformed xml", segment.xml_malformed)) if on]
+        print(
+            f"{segment.flv.name}  {segment.written_duration_s:.2f} s{'  (' + ', '.join(notes) + ')' if notes else ''}"
+        )
+    print(f"recording of room {made.room_id} in {made.folder}")
+    return 0
 
 
 def _users_command(args: argparse.Namespace, database_url: str) -> int:
