@@ -13,6 +13,7 @@ plus an upserted row.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import dramatiq
@@ -28,6 +29,8 @@ from .domain.asr.transcribe import transcribe
 from .domain.control import Cancelled, DomainError
 from .runtime import Reporter, domain_engine, gated_write, hinted_backoff, task_settings
 
+logger = logging.getLogger(__name__)
+
 #: The ASR queue (its own worker process type, concurrency 1).
 QUEUE = "asr"
 
@@ -42,6 +45,7 @@ class AsrModelMiddleware(Middleware):
     def after_worker_shutdown(self, broker: Broker, worker: Any) -> None:
         if len(MODELS):
             MODELS.release()
+            logger.info("ASR model released (%d load(s) in this process).", MODELS.loads)
 
 
 def install(broker: Broker) -> None:

@@ -38,6 +38,12 @@ def test_transcribe_stores_transcript_and_srt(fleet: Fleet, recording: DemoRecor
     assert text == job.result["text"] and "start_s" in cues
     assert job.progress == 1.0
 
+    # The model was loaded once in the asr process and is released when that worker shuts down
+    second = fleet.wait_terminal(fleet.submit("transcribe", {"session_id": session["session_id"], "segment": 2}).id, 60)
+    assert second.status == "succeeded", second.error
+    fleet.stop("asr")
+    assert "ASR model released (1 load(s) in this process)." in (fleet.tmp / "asr.log").read_text()
+
 
 def long_speech_folder(tmp: Path, loops: int = 12) -> Path:
     """One recorder segment with the bundled speech repeated: many Whisper segments to cancel between."""
