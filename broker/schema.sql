@@ -4,9 +4,12 @@
 --
 -- broker_messages: one row per enqueued message (never keyed by Dramatiq's message_id, which repeats
 -- when Retries re-enqueues a message that is still leased).
---   state 0 READY  : visible once eta <= now (native delay: a delayed message is a READY row in the future)
---   state 1 LEASED : held by lease_owner until lease_expires (ms epoch); renewed by the owner's heartbeat
---   state 2 DEAD   : dead letter, kept until dead_at + dead-letter TTL; replay moves it back to READY
+--   state 0 READY   : may run now (claims take them in priority, eta, id order)
+--   state 1 LEASED  : held by lease_owner until lease_expires (ms epoch); renewed by the owner's heartbeat
+--   state 2 DEAD    : dead letter, kept until dead_at + dead-letter TTL; replay moves it back to READY
+--   state 3 DELAYED : native delay: becomes READY (inside a claim transaction) once eta <= now
+-- Each index is partial on one state, so an immediate enqueue maintains only the READY index: every index
+-- a row enters costs a WAL page per commit.
 CREATE TABLE IF NOT EXISTS broker_messages (
     id            INTEGER PRIMARY KEY,
     queue         TEXT    NOT NULL,
@@ -14,7 +17,7 @@ CREATE TABLE IF NOT EXISTS broker_messages (
     actor         TEXT    NOT NULL DEFAULT '',
     priority      INTEGER NOT NULL DEFAULT 0,
     eta           INTEGER NOT NULL,
-    state         INTEGER NOT NULL DEFAULT 0 CHECK (state IN (0, 1, 2)),
+    state         INTEGER NOT NULL DEFAULT 0 CHECK (state IN (0, 1, 2, 3)),
     lease_owner   TEXT,
     lease_expires INTEGER,
     deliveries    INTEGER NOT NULL DEFAULT 0 CHECK (deliveries >= 0),
@@ -26,12 +29,11 @@ CREATE TABLE IF NOT EXISTS broker_messages (
     CHECK ((state = 1) OR (lease_owner IS NULL AND lease_expires IS NULL)),
     CHECK ((state = 2) = (dead_at IS NOT NULL))
 );
-CREATE INDEX IF NOT EXISTS broker_messages_ready  ON broker_messages (queue, priority, eta, id) WHERE state = 0;
-CREATE INDEX IF NOT EXISTS broker_messages_due    ON broker_messages (queue, eta) WHERE state = 0;
-CREATE INDEX IF NOT EXISTS broker_messages_leased ON broker_messages (lease_expires) WHERE state = 1;
-CREATE INDEX IF NOT EXISTS broker_messages_owner  ON broker_messages (lease_owner) WHERE state = 1;
-CREATE INDEX IF NOT EXISTS broker_messages_dead   ON broker_messages (dead_at) WHERE state = 2;
-CREATE INDEX IF NOT EXISTS broker_messages_queue_state ON broker_messages (queue, state);
+CREATE INDEX IF NOT EXISTS broker_messages_ready   ON broker_messages (queue, priority, eta, id) WHERE state = 0;
+CREATE INDEX IF NOT EXISTS broker_messages_delayed ON broker_messages (queue, eta) WHERE state = 3;
+CREATE INDEX IF NOT EXISTS broker_messages_leased  ON broker_messages (lease_expires) WHERE state = 1;
+CREATE INDEX IF NOT EXISTS broker_messages_owner   ON broker_messages (lease_owner) WHERE state = 1;
+CREATE INDEX IF NOT EXISTS broker_messages_dead    ON broker_messages (queue, dead_at) WHERE state = 2;
 
 -- broker_queues: declared queues and their operator state (paused queues are skipped by claims).
 CREATE TABLE IF NOT EXISTS broker_queues (

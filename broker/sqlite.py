@@ -297,15 +297,18 @@ class SQLiteBroker(Broker):
             returned = message
         if not isinstance(eta, int | float):
             eta = now
-        stored = Message(
-            queue_name=canonical,
-            actor_name=message.actor_name,
-            args=message.args,
-            kwargs=message.kwargs,
-            options=options,
-            message_id=message.message_id,
-            message_timestamp=message.message_timestamp,
-        )
+        if canonical == message.queue_name and "eta" not in message.options:
+            stored: Any = message  # already in stored shape: no second Message to build and encode
+        else:
+            stored = Message(
+                queue_name=canonical,
+                actor_name=message.actor_name,
+                args=message.args,
+                kwargs=message.kwargs,
+                options=options,
+                message_id=message.message_id,
+                message_timestamp=message.message_timestamp,
+            )
         priority = -int(options.get("broker_priority", 0) or 0)
         self.emit_before("enqueue", returned, delay)
         row = {
@@ -319,8 +322,7 @@ class SQLiteBroker(Broker):
         }
         if connection is None:
             self._ready()
-            with self.store.write() as conn:
-                self.store.message_insert(conn, **row)
+            self.store.insert_autocommit(**row)
             self.wake([canonical])
         else:
             raw = _raw_sqlite_connection(connection)
