@@ -35,9 +35,7 @@ test: install services test-deps lint
 	$(PY) -m pytest
 
 run: install system-deps
-	mkdir -p var
-	$(VENV)/bin/tenure db upgrade
-	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/honcho start
+	bash scripts/run.sh
 
 clean:
 	rm -rf $(VENV) var/*.db var/*.db-wal var/*.db-shm

@@ -40,6 +40,14 @@ install_schedules(broker)
 broker.add_middleware(MetricsMiddleware())
 
 # Actor modules declare themselves on the broker set above; import order is irrelevant among them.
-from . import demo, maintenance  # noqa: E402,F401
+from . import (  # noqa: E402,F401
+    demo,
+    import_recording,
+    maintenance,
+    notify,
+    pipeline,
+    render_clip,
+    transcribe,
+)
 
 __all__ = ["broker", "job_middleware", "settings"]
