@@ -24,6 +24,8 @@ timeout = 30
 #: On SIGTERM: finish requests for this long, then drop connections (live clients reconnect with their cursor).
 graceful_timeout = 10
 keepalive = 5
+#: Longest request line gunicorn accepts (its maximum; longer lines get gunicorn's own HTML 414).
+limit_request_line = 8190
 #: gunicorn ≥ 23 opens a shared control socket under ~/.gunicorn by default; several instances
 #: (tests, honcho scale) would fight over it.
 control_socket_disable = True

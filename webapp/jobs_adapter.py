@@ -49,6 +49,7 @@ MAX_SCAN_ROWS = 5_000
 #: Rows a count (bulk dry-run) may scan.
 MAX_COUNT_ROWS = 20_000
 _BATCH = 200
+_MAX_MS = 253_402_300_799_000
 _TYPES = {str: "string", int: "integer", float: "number", bool: "boolean"}
 
 
@@ -66,7 +67,8 @@ def _decode_cursor(cursor: str | None) -> Any:
     ms, sep, job_id = cursor.partition(".")
     if not sep or not ms.isdigit() or len(ms) > 15 or len(job_id) > 100:
         raise Invalid("Malformed cursor.", details={"cursor": ["not a cursor this API returned"]})
-    return SimpleNamespace(created_at=datetime.fromtimestamp(int(ms) / 1000, UTC), id=job_id)
+    # A cursor beyond the representable range lies after every job: clamp it (9999-12-31).
+    return SimpleNamespace(created_at=datetime.fromtimestamp(min(int(ms), _MAX_MS) / 1000, UTC), id=job_id)
 
 
 class JobLayerGateway:

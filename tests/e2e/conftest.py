@@ -41,6 +41,7 @@ class Deployment:
     env: dict[str, str]
     admin: tuple[str, str]
     user: tuple[str, str]
+    admin_token: str
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     def api(self, method: str, path: str, body: Any = None, *, who: str = "admin", headers: dict | None = None) -> Any:
@@ -93,8 +94,6 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
-    if not Path(CHROMIUM).exists():
-        pytest.skip("chromium is not installed (scripts/install_browser.sh)")
     from jobs import accounts, schema
     from jobs.db import make_engine
 
@@ -104,8 +103,9 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
     engine = make_engine(url)
     admin_pw = "admin-password-e2e"
     user_pw = "user-password-e2e"
-    accounts.create_user(engine, "admin", admin_pw, role="admin")
+    admin, _ = accounts.create_user(engine, "admin", admin_pw, role="admin")
     accounts.create_user(engine, "ursula", user_pw, role="user")
+    _, admin_token = accounts.create_token(engine, admin.id, "e2e")
     engine.dispose()
     port = _free_port()
     env = {
@@ -122,7 +122,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
         "TENURE_WEB_THREADS": "16",
     }
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    dep = Deployment(f"http://127.0.0.1:{port}", tmp, env, ("admin", admin_pw), ("ursula", user_pw))
+    dep = Deployment(f"http://127.0.0.1:{port}", tmp, env, ("admin", admin_pw), ("ursula", user_pw), admin_token)
     gunicorn = str(Path(sys.executable).with_name("gunicorn"))
     dep.procs.append(_start([gunicorn, "-c", "gunicorn.conf.py", "webapp:create_app()"], env, tmp / "web.log"))
     dep.procs.append(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -22,6 +23,8 @@ SHOTS = ROOT / "docs" / "screenshots"
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator:  # type: ignore[type-arg]
+    if not Path(CHROMIUM).exists():
+        pytest.skip("chromium is not installed (scripts/install_browser.sh)")
     with playwright_api.sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-background-networking"])
         yield b

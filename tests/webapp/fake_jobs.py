@@ -151,10 +151,10 @@ class FakeJobs:
     def list_jobs(self, scope, query, *, cursor, limit):  # type: ignore[no-untyped-def]
         with self._lock:
             jobs = self._matching(scope, query)
-        if cursor:
-            jobs = [j for j in jobs if j.id < cursor]
+        if cursor:  # the real adapter's cursor shape: "<created ms>.<id>"
+            jobs = [j for j in jobs if j.id < cursor.partition(".")[2]]
         page = jobs[:limit]
-        return Page(page, page[-1].id if len(jobs) > limit else None)
+        return Page(page, f"0.{page[-1].id}" if len(jobs) > limit else None)
 
     def count_jobs(self, scope, query):  # type: ignore[no-untyped-def]
         with self._lock:

@@ -6,7 +6,10 @@ and SSE routes of the live feed are described in docs/api.md instead (OpenAPI ca
 
 from __future__ import annotations
 
-from flask import Flask, request
+import json
+from typing import Any
+
+from flask import Flask, current_app, request
 from flask_smorest import Api
 
 from ..auth import csrf, require_identity
@@ -21,6 +24,48 @@ class TenureApi(Api):
     def _register_error_handlers(self) -> None:
         # Our handlers (registered later by webapp.errors) keep the 405 Allow header and the envelope.
         pass
+
+    def _openapi_json(self):  # type: ignore[no-untyped-def]
+        """The document, with the submit body spelled out per registered kind (payload fields included)."""
+        from ..services import services
+
+        doc = self.spec.to_dict()
+        submit = doc.get("components", {}).get("schemas", {}).get("Submit")
+        kinds = services().jobs.kinds()
+        if submit is not None and kinds:
+            doc["components"]["schemas"]["Submit"] = submit_schema_per_kind(submit, kinds)
+        return current_app.response_class(json.dumps(doc, indent=2), mimetype="application/json")
+
+
+_JSON_TYPES = {"string": "string", "text": "string", "integer": "integer", "number": "number", "boolean": "boolean"}
+
+
+def submit_schema_per_kind(base: dict[str, Any], kinds: list[Any]) -> dict[str, Any]:
+    """``oneOf`` one object per kind: ``kind`` is its name, ``payload`` has exactly its fields."""
+    variants = []
+    for kind in kinds:
+        properties: dict[str, Any] = {}
+        for field in kind.fields:
+            prop: dict[str, Any] = {"type": _JSON_TYPES.get(field.type, "string")}
+            if field.choices:
+                prop["enum"] = list(field.choices)
+            if field.help:
+                prop["description"] = field.help
+            properties[field.name] = prop
+        required = [f.name for f in kind.fields if f.required]
+        payload = {"type": "object", "properties": properties, "additionalProperties": False}
+        if required:
+            payload["required"] = required
+        variant = {
+            "type": "object",
+            "title": kind.name,
+            "description": kind.title,
+            "properties": {**base.get("properties", {}), "kind": {"const": kind.name}, "payload": payload},
+            "required": ["kind", "payload"] if required else ["kind"],
+            "additionalProperties": False,
+        }
+        variants.append(variant)
+    return {"oneOf": variants, "description": "A job to submit; the payload's fields depend on the kind."}
 
 
 def register_api(app: Flask) -> TenureApi:

@@ -12,6 +12,22 @@ from marshmallow import fields, validate
 from ..gateway import STATUSES
 
 ID_MAX = 100
+#: Cursors are ``<created_at ms>.<job id>`` (opaque to clients, but documented so generators respect it).
+CURSOR_PATTERN = r"^[0-9]{1,15}\.[0-9A-Za-z_-]{1,100}$"
+
+
+class WholeNumber(fields.Integer):
+    """An integer in a JSON body: ``3`` and ``3.0`` (JSON Schema's integers) are accepted; ``1.5``,
+    ``2.58e-42``, ``true`` and ``"3"`` are not (marshmallow's non-strict Integer would truncate them)."""
+
+    def _validated(self, value):  # type: ignore[no-untyped-def]
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise self.make_error("invalid")
+        if isinstance(value, float):
+            if not value.is_integer():
+                raise self.make_error("invalid")
+            value = int(value)
+        return super()._validated(value)
 
 
 class ErrorDetailSchema(ma.Schema):
@@ -59,7 +75,7 @@ class JobPageSchema(ma.Schema):
 class SubmitSchema(ma.Schema):
     kind = fields.String(required=True, validate=validate.Length(min=1, max=ID_MAX))
     payload = fields.Dict(keys=fields.String(), load_default=dict)
-    priority = fields.Integer(strict=True, load_default=0, validate=validate.Range(min=0, max=255))
+    priority = WholeNumber(load_default=0, validate=validate.Range(min=0, max=255))
     delay_s = fields.Float(
         load_default=0.0, allow_nan=False, validate=validate.Range(min=0, max=30 * 86400), metadata={"example": 0}
     )
@@ -92,14 +108,17 @@ class JobListQuerySchema(JobFilterSchema):
     class Meta:
         unknown = ma.EXCLUDE
 
-    cursor = fields.String(validate=validate.Length(max=200))
+    cursor = fields.String(
+        validate=validate.Regexp(CURSOR_PATTERN),
+        metadata={"description": "the `next_cursor` of the previous page (opaque)"},
+    )
     limit = fields.Integer(load_default=50, validate=validate.Range(min=1, max=200))
 
 
 class BulkSchema(ma.Schema):
     filter = fields.Nested(JobFilterSchema, load_default=dict)
     dry_run = fields.Boolean(load_default=False, metadata={"description": "only count what would be affected"})
-    limit = fields.Integer(strict=True, load_default=500, validate=validate.Range(min=1, max=1000))
+    limit = WholeNumber(load_default=500, validate=validate.Range(min=1, max=1000))
 
 
 class BulkResultSchema(ma.Schema):
@@ -189,7 +208,7 @@ class DeadLetterSchema(ma.Schema):
 class ReplaySchema(ma.Schema):
     queue = fields.String(required=True, validate=validate.Length(min=1, max=ID_MAX))
     ids = fields.List(
-        fields.Integer(strict=True, validate=validate.Range(min=1, max=2**62)),
+        WholeNumber(validate=validate.Range(min=1, max=2**62)),
         validate=validate.Length(max=1000),
         metadata={"description": "dead-letter ids; omit to replay the whole queue"},
     )
