@@ -54,6 +54,18 @@ CREATE TABLE IF NOT EXISTS broker_processes (
     heartbeat_at INTEGER NOT NULL
 ) WITHOUT ROWID;
 
+-- broker_unclean_exits: consumer processes that ended without unregistering (SIGKILL, OOM, power loss).
+-- The next process to start reports them once (how many, since when), then marks them reported.
+CREATE TABLE IF NOT EXISTS broker_unclean_exits (
+    owner             TEXT PRIMARY KEY,
+    host              TEXT    NOT NULL,
+    pid               INTEGER NOT NULL,
+    started_at        INTEGER NOT NULL,
+    last_heartbeat_at INTEGER NOT NULL,
+    detected_at       INTEGER NOT NULL,
+    reported_at       INTEGER
+) WITHOUT ROWID;
+
 -- broker_results: Dramatiq Results middleware backend (value is the encoded result).
 CREATE TABLE IF NOT EXISTS broker_results (
     key        TEXT PRIMARY KEY,

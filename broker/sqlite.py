@@ -112,6 +112,8 @@ class SQLiteBroker(Broker):
         self.store = MessageStore(self.target)
         self.leases_lost = 0
         self.leases_reclaimed = 0
+        #: ``(count, earliest start ms)`` of unclean exits this process reported at start, if any.
+        self.unclean_exits_reported: tuple[int, int | None] | None = None
         self.heartbeat_failures = 0
         self._namespace = namespace_for(self.target.path)
         self._waiters = LocalWaiters()
@@ -169,6 +171,7 @@ class SQLiteBroker(Broker):
     def _ensure_consumer_services(self, queue_name: str) -> None:
         with self._state_lock:
             new_queue = queue_name not in self._consumed_queues
+            first_registration = not self._consumed_queues
             self._consumed_queues.add(queue_name)
             if self._acks is None:
                 self._acks = AckWriter(self.store, self.owner, self._on_lost, lambda: None)
@@ -190,6 +193,8 @@ class SQLiteBroker(Broker):
         if new_queue:
             now = current_millis()
             with self.store.write() as conn:
+                if first_registration:
+                    self._report_unclean_exits(conn, now)
                 self.store.queue_declare(conn, queue_name, now)
                 self.store.process_register(
                     conn,
@@ -468,8 +473,32 @@ class SQLiteBroker(Broker):
         self._ready()
         now = current_millis()
         with self.store.write() as conn:
-            self.store.process_reap(conn, now - 3 * self.lease_ttl_ms)
+            self.store.process_reap(conn, now - 3 * self.lease_ttl_ms, now)
             self.store.dead_purge(conn, now - self.dead_message_ttl_ms)
+
+    def _report_unclean_exits(self, conn: sqlite3.Connection, now: int) -> None:
+        """At a consumer process's start: report processes that ended without closing the broker."""
+        dead = [
+            owner for owner, pid in self.store.process_list_on_host(conn, socket.gethostname()) if not _pid_alive(pid)
+        ]
+        if dead:
+            self.store.process_mark_unclean(conn, dead, now)
+        count, since = self.store.unclean_report(conn, now)
+        if count:
+            self.unclean_exits_reported = (count, since)
+            logger.warning(
+                "%d consumer process(es) ended uncleanly (killed or crashed) since %s; their messages were or "
+                "will be redelivered after the lease TTL. See broker.unclean_exits().",
+                count,
+                time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime((since or now) / 1000)),
+            )
+
+    def unclean_exits(self, limit: int = 100) -> list[dict[str, Any]]:
+        """Consumer processes that ended without closing the broker, newest first."""
+        self._ready()
+        keys = ("owner", "host", "pid", "started_at", "last_heartbeat_at", "detected_at", "reported_at")
+        with self.store.read() as conn:
+            return [dict(zip(keys, row, strict=True)) for row in self.store.unclean_list(conn, limit)]
 
     def counters(self) -> dict[str, int]:
         """This process's lease counters since start (monotonic; for metrics)."""
@@ -637,6 +666,21 @@ class SQLiteBroker(Broker):
                         f"transactional enqueue needs a connection to {self.target.path}, got one to {path!r}"
                     )
                 return
+
+
+def _pid_alive(pid: int) -> bool:
+    """Whether a process with *pid* exists on this host (a zombie counts as gone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
 
 
 def _raw_sqlite_connection(connection: Any) -> sqlite3.Connection:

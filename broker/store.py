@@ -466,8 +466,48 @@ class MessageStore:
         conn.execute("DELETE FROM broker_processes WHERE owner = ?", (owner,))
 
     @staticmethod
-    def process_reap(conn: sqlite3.Connection, heartbeat_before: int) -> int:
+    def process_reap(conn: sqlite3.Connection, heartbeat_before: int, now: int) -> int:
+        """Forget processes that stopped heartbeating, recording each as an unclean exit."""
+        conn.execute(
+            "INSERT OR IGNORE INTO broker_unclean_exits (owner, host, pid, started_at, last_heartbeat_at, detected_at) "
+            "SELECT owner, host, pid, started_at, heartbeat_at, ? FROM broker_processes WHERE heartbeat_at < ?",
+            (now, heartbeat_before),
+        )
         return conn.execute("DELETE FROM broker_processes WHERE heartbeat_at < ?", (heartbeat_before,)).rowcount
+
+    @staticmethod
+    def process_list_on_host(conn: sqlite3.Connection, host: str) -> list[tuple[str, int]]:
+        return conn.execute("SELECT owner, pid FROM broker_processes WHERE host = ?", (host,)).fetchall()
+
+    @staticmethod
+    def process_mark_unclean(conn: sqlite3.Connection, owners: Sequence[str], now: int) -> None:
+        """Move rows of processes known to be dead (same host, pid gone) to the unclean exits."""
+        for owner in owners:
+            conn.execute(
+                "INSERT OR IGNORE INTO broker_unclean_exits (owner, host, pid, started_at, last_heartbeat_at, "
+                "detected_at) SELECT owner, host, pid, started_at, heartbeat_at, ? FROM broker_processes "
+                "WHERE owner = ?",
+                (now, owner),
+            )
+            conn.execute("DELETE FROM broker_processes WHERE owner = ?", (owner,))
+
+    @staticmethod
+    def unclean_report(conn: sqlite3.Connection, now: int) -> tuple[int, int | None]:
+        """``(count, earliest start)`` of unreported unclean exits; marks them reported."""
+        count, since = conn.execute(
+            "SELECT count(*), min(started_at) FROM broker_unclean_exits WHERE reported_at IS NULL"
+        ).fetchone()
+        if count:
+            conn.execute("UPDATE broker_unclean_exits SET reported_at = ? WHERE reported_at IS NULL", (now,))
+        return count, since
+
+    @staticmethod
+    def unclean_list(conn: sqlite3.Connection, limit: int) -> list[tuple]:
+        return conn.execute(
+            "SELECT owner, host, pid, started_at, last_heartbeat_at, detected_at, reported_at "
+            "FROM broker_unclean_exits ORDER BY detected_at DESC LIMIT ?",
+            (limit,),
+        ).fetchall()
 
     @staticmethod
     def process_wake_addrs(conn: sqlite3.Connection, host: str, alive_after: int) -> list[tuple[str, str]]:
