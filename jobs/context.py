@@ -103,6 +103,7 @@ class JobContext:
         self._phase = _IDLE
         self._phase_lock = threading.Lock()
         self._thread_id: int | None = None
+        self._fired = False
 
     # -- reporting --------------------------------------------------------------------------------
     def progress(self, fraction: float | None = None, message: str | None = None) -> None:
@@ -194,6 +195,8 @@ class JobContext:
           JobTimeout: The attempt's time ran out before the commit.
         """
         session = Session(self._engine, expire_on_commit=False)
+        lock = db.writer_lock(self._engine)
+        lock.acquire()
         try:
             with self._critical():
                 session.begin()
@@ -234,6 +237,7 @@ class JobContext:
             raise
         finally:
             session.close()
+            lock.release()
 
     # -- internals ----------------------------------------------------------------------------------
     def _stale(self, what: str) -> StaleAttempt:
@@ -281,10 +285,12 @@ class JobContext:
             self._phase = _USER
 
     def _disarm(self) -> None:
-        """Leave user code: from here on no asynchronous JobTimeout can be raised in this thread."""
+        """Leave user code: from here on no asynchronous timeout is raised in this thread."""
         with self._phase_lock:
             self._phase = _IDLE
-            _clear_async_exception(threading.get_ident())
+            fired = self._fired
+        if fired:
+            _absorb_pending_interrupt()
 
     @contextmanager
     def _critical(self) -> Iterator[None]:
@@ -292,11 +298,15 @@ class JobContext:
         connection is never abandoned half-way through a statement); refuses to start past the deadline."""
         with self._phase_lock:
             previous = self._phase
-            if previous == _USER and time.monotonic() >= self.deadline:
+            refuse = previous == _USER and (self._fired or time.monotonic() >= self.deadline)
+            if refuse:
                 self.timed_out = True
-                raise JobTimeout()
-            self._phase = _CRITICAL
-            _clear_async_exception(threading.get_ident())
+            else:
+                self._phase = _CRITICAL
+        if refuse:
+            if self._fired:
+                _absorb_pending_interrupt()
+            raise JobTimeout()
         try:
             yield
         finally:
@@ -304,22 +314,44 @@ class JobContext:
                 self._phase = previous
 
     def _interrupt_if_overdue(self, now_monotonic: float) -> bool:
-        """Called by the keeper thread: raise JobTimeout in the actor thread if it is in user code."""
+        """Called by the keeper thread: interrupt the actor thread if it is in user code past its deadline."""
         with self._phase_lock:
-            if self._phase != _USER or now_monotonic < self.deadline or self._thread_id is None:
+            if self._phase != _USER or now_monotonic < self.deadline or self._thread_id is None or self._fired:
                 return False
             self.timed_out = True
-            _raise_async_exception(self._thread_id, JobTimeout)
+            self._fired = True
+            _raise_async_exception(self._thread_id, TimeoutInterrupt)
             return True
+
+
+class TimeoutInterrupt(BaseException):
+    """Raised asynchronously in an actor thread that ran past its job's timeout.
+
+    A BaseException, like Dramatiq's ``TimeLimitExceeded``, so ``except Exception`` in user code
+    does not swallow it.
+    """
+
+
+def _noop() -> None:
+    pass
+
+
+def _absorb_pending_interrupt() -> None:
+    """Let an interrupt the keeper already scheduled for this thread fire here, harmlessly.
+
+    CPython delivers an asynchronous exception at the thread's next check of its eval breaker (a
+    call or a loop jump), so a short loop of calls receives it. Clearing it with
+    ``PyThreadState_SetAsyncExc(id, NULL)`` instead would leave CPython's async-exception signal
+    set, slowing every thread of the interpreter from then on.
+    """
+    try:
+        for _ in range(10_000):
+            _noop()
+    except TimeoutInterrupt:
+        pass
 
 
 def _raise_async_exception(thread_id: int, exc_type: type[BaseException]) -> None:
     import ctypes
 
     ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), ctypes.py_object(exc_type))
-
-
-def _clear_async_exception(thread_id: int) -> None:
-    import ctypes
-
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), None)

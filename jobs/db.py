@@ -14,6 +14,8 @@ where a decision depends on a row that a concurrent transaction might change.
 from __future__ import annotations
 
 import os
+import threading
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -45,12 +47,20 @@ def sqlite_path(url: str) -> str | None:
     return u.database or None
 
 
-def make_engine(url: str, *, busy_timeout_ms: int = DEFAULT_SQLITE_BUSY_TIMEOUT_MS, **kwargs: Any) -> Engine:
+def make_engine(
+    url: str,
+    *,
+    busy_timeout_ms: int = DEFAULT_SQLITE_BUSY_TIMEOUT_MS,
+    serialize_writers: bool = True,
+    **kwargs: Any,
+) -> Engine:
     """Create an engine configured for the job layer.
 
     Parameters:
       url: ``sqlite:///path.db`` or ``postgresql://…``.
       busy_timeout_ms: SQLite only: how long to wait for the write lock.
+      serialize_writers: SQLite only: queue this process's write transactions on a Python lock
+        (see :func:`writer_lock`); False makes the engine contend in SQLite like another process.
       kwargs: Passed to :func:`sqlalchemy.create_engine`.
 
     Raises:
@@ -85,11 +95,53 @@ def make_engine(url: str, *, busy_timeout_ms: int = DEFAULT_SQLITE_BUSY_TIMEOUT_
     def _on_begin(conn: Connection) -> None:
         conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get(READONLY) else "BEGIN IMMEDIATE")
 
+    if not serialize_writers:
+        _unserialized.add(engine)
     return engine
 
 
 def is_sqlite(bind: Engine | Connection) -> bool:
     return bind.dialect.name == "sqlite"
+
+
+class _NoLock:
+    """A lock that never blocks (databases with row locks need no per-process writer queue)."""
+
+    def acquire(self) -> bool:
+        return True
+
+    def release(self) -> None:
+        pass
+
+    def __enter__(self) -> _NoLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
+_NO_LOCK = _NoLock()
+_unserialized: weakref.WeakSet[Engine] = weakref.WeakSet()
+_write_locks: dict[str, threading.RLock] = {}
+_write_locks_guard = threading.Lock()
+
+
+def writer_lock(engine: Engine) -> Any:
+    """A per-process lock serialising this process's write transactions on one SQLite file.
+
+    SQLite has one writer; threads of one process that all try ``BEGIN IMMEDIATE`` at once wait in
+    SQLite's busy handler, which sleeps in growing steps (milliseconds). Queueing them on a Python
+    lock first hands the write lock over at once. Other processes still meet in the busy handler.
+    For other databases this is a no-op context manager.
+    """
+    path = engine.url.database if engine.dialect.name == "sqlite" else None
+    if not path or engine in _unserialized:
+        return _NO_LOCK
+    lock = _write_locks.get(path)
+    if lock is None:
+        with _write_locks_guard:
+            lock = _write_locks.setdefault(path, threading.RLock())
+    return lock
 
 
 @contextmanager
@@ -98,11 +150,11 @@ def write(engine: Engine) -> Iterator[Tx]:
 
     Notices raised with :meth:`Tx.notify` are delivered after the commit, dropped on rollback.
     """
-    with engine.connect() as conn:
+    with writer_lock(engine), engine.connect() as conn:
         tx = Tx(conn, NoticeBuffer())
         with conn.begin():
             yield tx
-        tx.notices.deliver()
+    tx.notices.deliver()
 
 
 @contextmanager

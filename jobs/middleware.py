@@ -32,7 +32,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError
 
 from . import db, events, store
-from .context import JobContext
+from .context import JobContext, TimeoutInterrupt
 from .errors import JobCancelled, JobTimeout, StaleAttempt, public_error
 from .publish import JOB_ID_OPTION, prepare_broker, publish_in_transaction
 from .recovery import RecoveryReport, recover_expired, recover_in
@@ -480,7 +480,7 @@ def _run_and_record(mw: JobMiddleware, ctx: JobContext, kind: Kind) -> None:
             ctx._disarm()
     except JobCancelled:
         outcome = "cancelled"
-    except JobTimeout:
+    except (JobTimeout, TimeoutInterrupt):
         outcome = "timeout"
     except StaleAttempt:
         return

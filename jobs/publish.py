@@ -9,6 +9,7 @@ when the row is written, so a re-publish is a duplicate delivery the guarded cla
 
 from __future__ import annotations
 
+import functools
 import os
 import uuid
 from typing import Any
@@ -53,7 +54,13 @@ def same_sqlite_file(conn: Connection, broker: Broker) -> bool:
     database = conn.engine.url.database
     if not database:
         return False
-    return os.path.realpath(database) == os.path.realpath(broker.target.path)
+    return _same_file(database, broker.target.path)
+
+
+@functools.lru_cache(maxsize=64)
+def _same_file(a: str, b: str) -> bool:
+    # realpath costs a few syscalls; the answer never changes for a pair of configured paths
+    return os.path.realpath(a) == os.path.realpath(b)
 
 
 def publish_in_transaction(

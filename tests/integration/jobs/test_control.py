@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import random
 import threading
+import time
 
 import pytest
 from sqlalchemy import text
 
 import jobs
 from jobs import CancelOutcome, JobCancelled, JobContext, JobNotFound, JobNotRetryable
+from jobs.db import make_engine
 from jobs.middleware import run_job
 from jobs.recovery import INTERRUPTED_HINT, recover_expired
 from jobs.store import now_ms
@@ -154,7 +157,9 @@ def test_queries_scope_by_owner(env: JobEnv) -> None:
     mine = [env.submit("noop", owner_id="alice") for _ in range(3)]
     theirs = env.submit("noop", owner_id="bob")
     listed = jobs.list_jobs(env.engine, owner_id="alice")
-    assert [j.id for j in listed] == [j.id for j in reversed(mine)]
+    # newest first; jobs created in the same millisecond are ordered by id
+    assert {j.id for j in listed} == {j.id for j in mine}
+    assert listed == sorted(listed, key=lambda j: (j.created_at, j.id), reverse=True)
     page = jobs.list_jobs(env.engine, owner_id="alice", limit=2)
     rest = jobs.list_jobs(env.engine, owner_id="alice", before=page[-1])
     assert [j.id for j in page + rest] == [j.id for j in listed]
@@ -177,6 +182,9 @@ def test_cancel_vs_result_commit_races_have_one_winner(env: JobEnv) -> None:
     env.sql("CREATE TABLE domain_rows (job_id VARCHAR(32), note VARCHAR(100))")
     env.declare("publisher", lambda ctx: None)
     outcomes = {"succeeded": 0, "cancelled": 0}
+    # The cancelling side contends in the database itself, as another process would (no in-process
+    # writer queue in front of SQLite's lock); small random head starts let either side win.
+    other = make_engine(env.url, serialize_writers=False)
     for _ in range(RACES):
         job = env.submit("publisher")
         ctx = env.claim(job.id)
@@ -186,6 +194,7 @@ def test_cancel_vs_result_commit_races_have_one_winner(env: JobEnv) -> None:
 
         def publish(ctx: JobContext = ctx, barrier: threading.Barrier = barrier, seen: dict = seen) -> None:
             barrier.wait()
+            time.sleep(random.uniform(0, 0.001))
             try:
                 with ctx.result_transaction() as tx:
                     tx.connection.execute(text("INSERT INTO domain_rows VALUES (:j, 'r')"), {"j": ctx.job_id})
@@ -196,7 +205,8 @@ def test_cancel_vs_result_commit_races_have_one_winner(env: JobEnv) -> None:
 
         def cancel(job_id: str = job.id, barrier: threading.Barrier = barrier, seen: dict = seen) -> None:
             barrier.wait()
-            seen["cancel"] = jobs.cancel(env.engine, job_id, by="u1").outcome
+            time.sleep(random.uniform(0, 0.001))
+            seen["cancel"] = jobs.cancel(other, job_id, by="u1").outcome
 
         threads = [threading.Thread(target=publish), threading.Thread(target=cancel)]
         for t in threads:
@@ -215,6 +225,7 @@ def test_cancel_vs_result_commit_races_have_one_winner(env: JobEnv) -> None:
             assert seen == {"publish": "cancelled", "cancel": CancelOutcome.REQUESTED}
             assert row.result is None and rows == 0
         outcomes[row.status] += 1
+    other.dispose()
     assert min(outcomes.values()) > 0, f"the races never went both ways: {outcomes}"
     assert sum(outcomes.values()) == RACES
 
