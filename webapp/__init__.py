@@ -39,7 +39,7 @@ DEFAULTS: dict[str, Any] = {
     "LIVE_RETRY_AFTER_S": 5,
     "SOCK_SERVER_OPTIONS": {"ping_interval": 25, "max_message_size": 65536},
     #: Origins (scheme://host[:port]) allowed to open the live feed with a session cookie, besides this host.
-    "TENURE_ALLOWED_ORIGINS": (),
+    "ALLOWED_ORIGINS": (),
     #: How often the UI polls when the live feed is unavailable.
     "UI_POLL_S": 30,
     #: The module that declares the job kinds (imported at start so submit knows them).

@@ -145,7 +145,7 @@ def origin_allowed() -> bool:
     origin = request.headers.get("Origin")
     if origin is None:
         return True  # not a browser cross-site request (browsers always send Origin on WebSocket/CORS)
-    allowed = {o.rstrip("/") for o in current_app.config.get("TENURE_ALLOWED_ORIGINS", ())}
+    allowed = {o.rstrip("/") for o in current_app.config.get("ALLOWED_ORIGINS", ())}
     if origin.rstrip("/") in allowed:
         return True
     parts = urlsplit(origin)
