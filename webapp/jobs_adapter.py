@@ -354,18 +354,37 @@ class JobLayerGateway:
         return [_schedule_view(v) for v in views]
 
     def run_schedule_now(self, name, *, owner_id):  # type: ignore[no-untyped-def]
-        try:
-            from tasks import scheduling
-        except ImportError:
-            raise NotFound(f"No schedule named {name!r}.") from None
+        scheduling = _scheduling()
         try:
             fire = scheduling.run_now(name, by=owner_id, broker=self.broker)
         except scheduling.ScheduleNotFound:
             raise NotFound(f"No schedule named {name!r}.") from None
-        job_id = getattr(fire, "job_id", None)
-        if job_id:
-            return self.get(None, job_id)
-        return None
+        self.detector.nudge()
+        return {
+            "schedule": fire.schedule,
+            "job_id": fire.job_id,
+            "message_id": fire.message_id,
+            "fired_at": datetime.fromtimestamp(fire.fired_at / 1000, UTC),
+        }
+
+    def set_schedule_paused(self, name, paused, *, by):  # type: ignore[no-untyped-def]
+        scheduling = _scheduling()
+        try:
+            if paused:
+                scheduling.pause(name, by=by, broker=self.broker)
+            else:
+                scheduling.resume(name, broker=self.broker)
+        except scheduling.ScheduleNotFound:
+            raise NotFound(f"No schedule named {name!r}.") from None
+        return {"name": name, "paused": paused}
+
+
+def _scheduling():  # type: ignore[no-untyped-def]
+    try:
+        from tasks import scheduling
+    except ImportError:
+        raise NotFound("Schedules are not available in this deployment.") from None
+    return scheduling
 
 
 def _schedule_view(v: Any) -> ScheduleView:

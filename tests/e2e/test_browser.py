@@ -204,7 +204,10 @@ def test_replay_dead_letter_and_ops_pages(browser, deployment: Deployment) -> No
     for path, name in (("/ops", "ops-overview"), ("/ops/workers", "ops-workers"), ("/ops/schedules", "ops-schedules")):
         page.goto(deployment.base_url + path)
         admin.shot(name)
-    assert page.locator("svg.chart").count() == 0  # schedules page has no charts
+    assert "0 3 * * *" in page.inner_text("table")  # the declared cron schedule, with its next fire
+    page.click("#run-nightly_echo")
+    page.wait_for_url("**/jobs/*")  # "Run now" submitted a job
+    assert "e2e_echo" in page.inner_text(".facts")
     page.goto(deployment.base_url + "/ops")
     assert page.locator("svg.chart").count() == 3
     page.goto(deployment.base_url + "/tokens")

@@ -235,6 +235,14 @@ class FakeJobs:
     def run_schedule_now(self, name, *, owner_id):  # type: ignore[no-untyped-def]
         if name not in {s.name for s in self.schedule_list}:
             raise NotFound(f"No schedule named {name!r}.")
-        return self.submit(
+        job, _ = self.submit(
             owner_id=owner_id, kind="echo", payload={"text": name}, idempotency_key=None, priority=0, delay_s=0
-        )[0]
+        )
+        return {"schedule": name, "job_id": job.id, "message_id": None, "fired_at": datetime.now(UTC)}
+
+    def set_schedule_paused(self, name, paused, *, by):  # type: ignore[no-untyped-def]
+        found = [s for s in self.schedule_list if s.name == name]
+        if not found:
+            raise NotFound(f"No schedule named {name!r}.")
+        self.schedule_list = [replace(s, paused=paused) if s.name == name else s for s in self.schedule_list]
+        return {"name": name, "paused": paused}

@@ -104,10 +104,12 @@ OPS_API = [
     ("GET", "/api/v1/workers"),
     ("GET", "/api/v1/schedules"),
     ("POST", "/api/v1/schedules/x/run"),
+    ("POST", "/api/v1/schedules/x/pause"),
+    ("POST", "/api/v1/schedules/x/resume"),
     ("GET", "/api/v1/activity"),
 ]
 OPS_UI = ["/ops", "/ops/queues", "/ops/dead", "/ops/workers", "/ops/schedules"]
-OPS_UI_POST = ["/ops/queues/default/pause", "/ops/dead/replay", "/ops/schedules/x/run"]
+OPS_UI_POST = ["/ops/queues/default/pause", "/ops/dead/replay", "/ops/schedules/x/run", "/ops/schedules/x/pause"]
 
 
 def test_users_get_403_from_operator_endpoints(app, client, alice, root):  # type: ignore[no-untyped-def]

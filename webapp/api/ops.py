@@ -16,11 +16,12 @@ from .schemas import (
     ActivityQuerySchema,
     DeadLetterSchema,
     DeadQuerySchema,
-    JobSchema,
+    FireSchema,
     PausedSchema,
     QueueSchema,
     ReplayResultSchema,
     ReplaySchema,
+    SchedulePausedSchema,
     ScheduleSchema,
     WorkerSchema,
 )
@@ -104,11 +105,29 @@ class Schedules(MethodView):
 
 @blp.route("/schedules/<name>/run")
 class ScheduleRun(MethodView):
-    @blp.response(201, JobSchema)
+    @blp.response(201, FireSchema)
     def post(self, name: str):
-        """Fire a schedule now (outside its cron), as the calling admin."""
+        """Fire a schedule once now (outside its cron; also while paused)."""
         identity = require_admin()
         return services().jobs.run_schedule_now(_queue_name(name), owner_id=identity.user.owner_id)
+
+
+@blp.route("/schedules/<name>/pause")
+class SchedulePause(MethodView):
+    @blp.response(200, SchedulePausedSchema)
+    def post(self, name: str):
+        """Stop firing the schedule (every scheduler process, from its next tick)."""
+        identity = require_admin()
+        return services().jobs.set_schedule_paused(_queue_name(name), True, by=identity.user.owner_id)
+
+
+@blp.route("/schedules/<name>/resume")
+class ScheduleResume(MethodView):
+    @blp.response(200, SchedulePausedSchema)
+    def post(self, name: str):
+        """Fire the schedule again from its next tick (ticks missed while paused never fire)."""
+        identity = require_admin()
+        return services().jobs.set_schedule_paused(_queue_name(name), False, by=identity.user.owner_id)
 
 
 @blp.route("/activity")

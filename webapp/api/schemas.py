@@ -237,6 +237,18 @@ class ScheduleSchema(ma.Schema):
     paused = fields.Boolean(required=True)
 
 
+class FireSchema(ma.Schema):
+    schedule = fields.String(required=True)
+    job_id = fields.String(allow_none=True, required=True, metadata={"description": "for schedules that submit a job"})
+    message_id = fields.String(allow_none=True, required=True)
+    fired_at = fields.DateTime(required=True)
+
+
+class SchedulePausedSchema(ma.Schema):
+    name = fields.String(required=True)
+    paused = fields.Boolean(required=True)
+
+
 class ActivityQuerySchema(ma.Schema):
     class Meta:
         unknown = ma.EXCLUDE

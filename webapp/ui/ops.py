@@ -116,6 +116,19 @@ def ops_schedules():
 @bp.route("/ops/schedules/<name>/run", methods=["POST"])
 def ops_schedule_run(name: str):
     _admin()
-    record = services().jobs.run_schedule_now(name, owner_id=g.identity.user.owner_id)
-    flash(f"Schedule {name} fired now as job {record.id}.", "info")
-    return redirect(url_for("ui.job", job_id=record.id))
+    fire = services().jobs.run_schedule_now(name, owner_id=g.identity.user.owner_id)
+    if fire.get("job_id"):
+        flash(f"Schedule {name} fired now as job {fire['job_id']}.", "info")
+        return redirect(url_for("ui.job", job_id=fire["job_id"]))
+    flash(f"Schedule {name} fired now (message {fire.get('message_id')}).", "info")
+    return redirect(url_for("ui.ops_schedules"))
+
+
+@bp.route("/ops/schedules/<name>/<action>", methods=["POST"])
+def ops_schedule_pause(name: str, action: str):
+    _admin()
+    if action not in ("pause", "resume"):
+        raise ApiError("Unknown action.")
+    services().jobs.set_schedule_paused(name, action == "pause", by=g.identity.user.owner_id)
+    flash(f"Schedule {name} {'paused' if action == 'pause' else 'resumed'}.", "info")
+    return redirect(url_for("ui.ops_schedules"))

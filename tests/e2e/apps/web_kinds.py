@@ -15,6 +15,8 @@ import dramatiq
 import jobs
 from broker import SQLiteBroker
 from jobs import JobContext, Settings
+from tasks.scheduling import cron, schedule_job
+from tasks.scheduling import install as install_schedules
 
 QUEUE = "e2e"
 SLOW_QUEUE = "e2e_slow"
@@ -22,6 +24,7 @@ SLOW_QUEUE = "e2e_slow"
 settings = Settings.from_env()
 jobs.settings.set_current_settings(settings)
 broker = SQLiteBroker(settings.broker_url, lease_ttl_ms=5_000)
+install_schedules(broker)  # before any periodic actor is declared
 dramatiq.set_broker(broker)
 jobs.install(broker, settings)
 
@@ -68,3 +71,7 @@ def e2e_flaky(flag_path: str) -> None:
     if not flag.exists():
         raise RuntimeError("flag missing")
     flag.with_suffix(".done").write_text("ok")
+
+
+#: A nightly schedule that submits an echo job (the UI's schedules page shows it; "Run now" fires it).
+schedule_job("e2e_echo", cron("0 3 * * *", name="nightly_echo"), payload={"text": "nightly"}, broker=broker)
