@@ -730,6 +730,8 @@ class _CommitWatcher:
             with w._cond:
                 w._stopped = True
                 w._cond.notify_all()
+            if w._thread is not threading.current_thread():
+                w._thread.join(timeout=2.0)
 
     def watch(self, row_id: int, queue: str) -> None:
         with self._cond:

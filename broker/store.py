@@ -83,7 +83,7 @@ class MessageStore:
         self.target = target
         self._local = threading.local()
         self._lock = threading.Lock()
-        self._all: list[sqlite3.Connection] = []
+        self._generation = 0
         self._pid = os.getpid()
 
     # -- connections -------------------------------------------------------------------------------
@@ -91,13 +91,16 @@ class MessageStore:
         """This thread's connection (a new one after fork: SQLite connections never cross fork)."""
         if self._pid != os.getpid():
             self.reset_after_fork()
-        conn = getattr(self._local, "conn", None)
+        local = self._local
+        conn = getattr(local, "conn", None)
+        if conn is not None and local.generation != self._generation:
+            # The store was closed since this thread opened it: close it here, on its own thread.
+            _close_quietly(conn)
+            conn = None
         if conn is None:
             with translate_errors():
                 conn = connect(self.target)
-            self._local.conn = conn
-            with self._lock:
-                self._all.append(conn)
+            local.conn, local.generation = conn, self._generation
         return conn
 
     def reset_after_fork(self) -> None:
@@ -105,18 +108,21 @@ class MessageStore:
         # release locks the parent still holds.
         self._local = threading.local()
         self._lock = threading.Lock()
-        self._all = []
         self._pid = os.getpid()
 
     def close(self) -> None:
+        """Close this thread's connection; other threads' close on their next use or when they end.
+
+        A sqlite3 connection must never be closed while another thread is inside a call on it
+        (that crashes the interpreter), so connections are only ever closed by their own thread;
+        a finished thread's connection is closed when its thread-local storage is released.
+        """
         with self._lock:
-            conns, self._all = self._all, []
-        for conn in conns:
-            try:
-                conn.close()
-            except sqlite3.Error:
-                pass
-        self._local = threading.local()
+            self._generation += 1
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            self._local.conn = None
+            _close_quietly(conn)
 
     @contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:
@@ -545,6 +551,13 @@ class MessageStore:
             return 1, -1, -1
         finally:
             conn.close()
+
+
+def _close_quietly(conn: sqlite3.Connection) -> None:
+    try:
+        conn.close()
+    except sqlite3.Error:
+        pass
 
 
 _write_locks: dict[str, threading.RLock] = {}
