@@ -104,6 +104,7 @@ class JobContext:
         self._phase_lock = threading.Lock()
         self._thread_id: int | None = None
         self._fired = False
+        self._in_result_transaction = False
 
     # -- reporting --------------------------------------------------------------------------------
     def progress(self, fraction: float | None = None, message: str | None = None) -> None:
@@ -115,6 +116,7 @@ class JobContext:
         """
         if fraction is not None and not 0.0 <= fraction <= 1.0:
             raise ValueError(f"progress fraction must be within [0, 1], got {fraction}")
+        self._not_inside_result_transaction("progress")
         with self._critical(), db.write(self._engine) as tx:
             seq = store.job_progress_if_current(
                 tx.conn, self.job_id, self.attempt, self.worker_id, fraction, message, store.now_ms()
@@ -133,6 +135,7 @@ class JobContext:
         """
         if type in RESERVED_EVENT_TYPES:
             raise ValueError(f"event type {type!r} is reserved for the job layer")
+        self._not_inside_result_transaction("event")
         store.dumps(data)
         with self._critical(), db.write(self._engine) as tx:
             seq = store.job_event_seq_next_if_current(tx.conn, self.job_id, self.attempt, self.worker_id)
@@ -207,7 +210,11 @@ class JobContext:
             if cancel:
                 raise JobCancelled()
             rtx = ResultTransaction(session, conn)
-            yield rtx
+            self._in_result_transaction = True
+            try:
+                yield rtx
+            finally:
+                self._in_result_transaction = False
             if not rtx._completed:
                 session.rollback()
                 return
@@ -240,6 +247,12 @@ class JobContext:
             lock.release()
 
     # -- internals ----------------------------------------------------------------------------------
+    def _not_inside_result_transaction(self, what: str) -> None:
+        # On SQLite the result transaction holds the only write lock: a second transaction from this
+        # thread would wait for it until the busy timeout. Fail fast with the reason instead.
+        if self._in_result_transaction:
+            raise RuntimeError(f"ctx.{what}() cannot run inside result_transaction(); call it before or after")
+
     def _stale(self, what: str) -> StaleAttempt:
         self.lost = True
         logger.warning(

@@ -236,3 +236,47 @@ def test_stale_attempt_from_actor_writes_nothing(env: JobEnv) -> None:
     job = env.submit("stale")
     _run(env, job.id)
     assert env.row(job.id).status == "running"  # left for recovery, nothing written
+
+
+def test_thread_stuck_past_its_timeout_is_failed_in_the_database(tmp_path: Path) -> None:
+    from .support import job_env
+
+    with job_env("sqlite", tmp_path, job_lease_ttl_s=0.6) as env:
+        release = threading.Event()
+
+        def stuck(ctx: JobContext) -> str:
+            release.wait(20)  # blocked in C: the asynchronous interrupt waits until this returns
+            return "too late"
+
+        env.declare("stuck", stuck)
+        job = env.submit("stuck", timeout_s=1)
+        ctx = env.claim(job.id)
+        assert ctx is not None
+        env.mw._start_keeper(env.broker)
+        runner = threading.Thread(target=run_job, args=(env.mw, ctx))
+        runner.start()
+        try:
+            deadline = time.monotonic() + 10
+            while env.row(job.id).status != "failed":
+                assert time.monotonic() < deadline, "the stuck attempt was never failed"
+                time.sleep(0.05)
+            assert runner.is_alive()  # failed in the database while the thread is still stuck
+        finally:
+            release.set()
+            runner.join(10)
+            env.mw.stop()
+        rec = jobs.get_job(env.engine, job.id, owner_id="u1")
+        assert rec.status == "failed" and rec.error == "Job timed out." and rec.result is None
+
+
+def test_progress_inside_result_transaction_fails_fast(env: JobEnv) -> None:
+    def confused(ctx: JobContext) -> None:
+        with ctx.result_transaction() as tx:
+            ctx.progress(0.5)
+            tx.complete(1)
+
+    env.declare("confused", confused, never_retry=(RuntimeError,))
+    job = env.submit("confused")
+    _run(env, job.id)
+    rec = jobs.get_job(env.engine, job.id, owner_id="u1")
+    assert rec.status == "failed" and "inside result_transaction" in (rec.error or "")
