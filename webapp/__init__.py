@@ -42,6 +42,8 @@ DEFAULTS: dict[str, Any] = {
     "ALLOWED_ORIGINS": (),
     #: How often the UI polls when the live feed is unavailable.
     "UI_POLL_S": 30,
+    #: Serve /metrics without credentials (for a scraper on a private network).
+    "METRICS_PUBLIC": False,
     #: The module that declares the job kinds (imported at start so submit knows them).
     "TASKS_MODULE": "tasks",
 }
@@ -72,6 +74,7 @@ def create_app(test_config: dict[str, Any] | None = None) -> Flask:
     from .api import register_api
     from .live import bp as live_bp
     from .live import sock
+    from .metrics import bp as metrics_bp
     from .ui import bp as ui_bp
 
     sock.init_app(app)
@@ -80,6 +83,7 @@ def create_app(test_config: dict[str, Any] | None = None) -> Flask:
     app.register_blueprint(live_bp)
     app.register_blueprint(auth_bp)
     app.register_blueprint(ui_bp)
+    app.register_blueprint(metrics_bp)
     errors.register(app)
     _quiet_credentials_in_logs()
     return app

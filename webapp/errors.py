@@ -107,7 +107,11 @@ def error_body(code: str, message: str, details: Any = None) -> dict[str, Any]:
 
 def wants_json() -> bool:
     """API callers get JSON errors; people in the UI get an HTML page."""
-    return request.path.startswith("/api/") or request.accept_mimetypes.best == "application/json"
+    return (
+        request.path.startswith("/api/")
+        or request.path == "/metrics"
+        or request.accept_mimetypes.best == "application/json"
+    )
 
 
 def _respond(status: int, code: str, message: str, details: Any = None, headers: dict[str, str] | None = None):

@@ -27,6 +27,8 @@ class Services:
     feed_limits: FeedLimits
     output_root: Path
     migrations_dir: Path | None = None
+    #: Built on the first scrape (monitoring.collectors sources).
+    metrics_sources: Any = None
     #: token sha256 → last time its ``last_used_at`` was written (throttles those writes).
     token_touches: dict[str, float] = field(default_factory=dict)
 

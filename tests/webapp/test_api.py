@@ -197,3 +197,12 @@ def test_openapi_document(client, alice):  # type: ignore[no-untyped-def]
     doc = client.get("/api/openapi.json", headers=alice.bearer).json
     assert doc["openapi"].startswith("3.1")
     assert {"/api/v1/jobs", "/api/v1/jobs/{job_id}/cancel", "/api/v1/queues", "/api/health/ready"} <= set(doc["paths"])
+
+
+def test_metrics_needs_auth_unless_public(app, client, root):  # type: ignore[no-untyped-def]
+    assert client.get("/metrics").status_code == 401
+    r = client.get("/metrics", headers=root.bearer)
+    assert r.status_code == 200 and r.headers["Content-Type"].startswith("text/plain")
+    assert b"tenure_collector_source_up" in r.data
+    app.config["METRICS_PUBLIC"] = True
+    assert client.get("/metrics").status_code == 200

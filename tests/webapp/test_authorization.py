@@ -47,7 +47,7 @@ def test_nothing_works_without_auth(app, client):  # type: ignore[no-untyped-def
                 continue  # the WebSocket route: tested against a live server in test_live.py
             r = client.open(path, method=method)
             probed += 1
-            if path.startswith("/api/"):
+            if path.startswith("/api/") or path == "/metrics":
                 assert r.status_code == 401, (method, path, r.status_code)
                 assert r.json["error"]["code"] == "unauthorized"
             elif method == "POST":
