@@ -9,7 +9,8 @@ from flask.views import MethodView
 from flask_smorest import Blueprint
 
 from ..auth import api_guard, require_identity
-from ..errors import Conflict, Forbidden, JobNotFoundError
+from ..bulk import bulk_apply
+from ..errors import Forbidden, JobNotFoundError
 from ..gateway import JobQuery
 from ..services import services
 from .schemas import (
@@ -139,44 +140,16 @@ class JobEvents(MethodView):
 
 
 def run_bulk(action: str, args: dict[str, Any]) -> dict[str, Any]:
-    """Apply *action* (``cancel`` | ``retry``) to up to ``limit`` jobs matching the filter."""
     identity = require_identity()
-    gateway = services().jobs
-    query = query_from(args["filter"])
-    matched = gateway.count_jobs(identity.scope, query)
-    applies = (lambda j: j.can_cancel) if action == "cancel" else (lambda j: j.can_retry)
-    candidates, cursor = [], None
-    while len(candidates) < args["limit"]:
-        page = gateway.list_jobs(identity.scope, query, cursor=cursor, limit=min(200, args["limit"]))
-        candidates.extend(j for j in page.items if applies(j))
-        cursor = page.next_cursor
-        if cursor is None:
-            break
-    candidates = candidates[: args["limit"]]
-    if args["dry_run"]:
-        return {
-            "dry_run": True,
-            "matched": matched,
-            "affected": len(candidates),
-            "skipped": matched - len(candidates),
-            "job_ids": [j.id for j in candidates],
-        }
-    changed = []
-    for job in candidates:
-        try:
-            if action == "cancel":
-                changed.append(gateway.cancel(identity.scope, job.id, by=identity.user.owner_id)[0].id)
-            else:
-                changed.append(gateway.retry(identity.scope, job.id, by=identity.user.owner_id).id)
-        except (Conflict, JobNotFoundError):
-            continue  # finished or vanished meanwhile: counted as skipped
-    return {
-        "dry_run": False,
-        "matched": matched,
-        "affected": len(changed),
-        "skipped": matched - len(changed),
-        "job_ids": changed,
-    }
+    return bulk_apply(
+        services().jobs,
+        identity.scope,
+        identity.user.owner_id,
+        query_from(args["filter"]),
+        action,
+        limit=args["limit"],
+        dry_run=args["dry_run"],
+    )
 
 
 @blp.route("/jobs/bulk/cancel")

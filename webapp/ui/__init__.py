@@ -14,6 +14,7 @@ from flask_login import login_required
 
 from jobs import accounts
 
+from ..bulk import bulk_apply
 from ..errors import ApiError, Conflict, Invalid, JobNotFoundError
 from ..gateway import STATUSES, JobQuery
 from ..services import services
@@ -64,9 +65,9 @@ def _is_htmx() -> bool:
     return request.headers.get("HX-Request") == "true"
 
 
-def _filters() -> tuple[JobQuery, dict[str, Any]]:
-    """The list filters from the query string (invalid values are dropped, never a 500)."""
-    args = request.args
+def _filters(args: Any = None) -> tuple[JobQuery, dict[str, Any]]:
+    """The list filters from the query string (or a form); invalid values are dropped, never a 500."""
+    args = request.args if args is None else args
     statuses = tuple(s for s in args.getlist("status") if s in STATUSES)
     created_after = _parse_dt(args.get("created_after"))
     created_before = _parse_dt(args.get("created_before"))
@@ -114,7 +115,7 @@ def jobs():
     page = services().jobs.list_jobs(g.identity.scope, query, cursor=cursor, limit=PAGE_SIZE)
     kinds = services().jobs.kinds()
     template = "_job_table.html" if _is_htmx() else "jobs.html"
-    args = {k: v for k, v in request.args.items(multi=True) if k != "cursor"}
+    args = {k: v for k, v in request.args.to_dict(flat=False).items() if k != "cursor"}
     next_url = (
         url_for("ui.jobs", **{**request.args.to_dict(flat=False), "cursor": page.next_cursor})
         if page.next_cursor
@@ -227,6 +228,25 @@ def bulk():
     return redirect(
         request.form.get("back") if (request.form.get("back") or "").startswith("/jobs") else url_for("ui.jobs")
     )
+
+
+@bp.route("/jobs/bulk-by-filter", methods=["GET", "POST"])
+def bulk_by_filter():
+    """Cancel or retry every job matching the list's filters: GET shows the dry-run count, POST acts."""
+    action = request.values.get("action")
+    if action not in ("cancel", "retry"):
+        flash("Unknown bulk action.", "error")
+        return redirect(url_for("ui.jobs"))
+    query, shown = _filters(request.args if request.method == "GET" else request.form)
+    dry_run = request.method == "GET"
+    result = bulk_apply(
+        services().jobs, g.identity.scope, g.identity.user.owner_id, query, action, limit=1000, dry_run=dry_run
+    )
+    if dry_run:
+        return render_template("bulk_confirm.html", action=action, result=result, filters=shown, form=EmptyForm())
+    verb = "Cancelled" if action == "cancel" else "Retried"
+    flash(f"{verb} {result['affected']} of {result['matched']} matching job(s).", "info")
+    return redirect(url_for("ui.jobs"))
 
 
 @bp.route("/jobs/<job_id>/files/<path:name>")

@@ -1,0 +1,80 @@
+"""UI flows through the Flask test client (the browser walk is in tests/e2e)."""
+
+from __future__ import annotations
+
+from .conftest import login
+
+
+def _job(fake, person, text="x"):  # type: ignore[no-untyped-def]
+    return fake.submit(
+        owner_id=person.user.owner_id, kind="echo", payload={"text": text}, idempotency_key=None, priority=0, delay_s=0
+    )[0]
+
+
+def test_bulk_by_filter_shows_dry_run_then_acts(client, alice, bob, fake_jobs):  # type: ignore[no-untyped-def]
+    mine = [_job(fake_jobs, alice, str(i)) for i in range(3)]
+    theirs = _job(fake_jobs, bob)
+    fake_jobs.advance(mine[0].id, status="succeeded")
+    token = login(client, alice)
+    page = client.get("/jobs?status=queued&status=succeeded").get_data(as_text=True)
+    assert "status=queued" in page and "status=succeeded" in page  # the bulk links keep every filter
+    confirm = client.get("/jobs/bulk-by-filter?action=cancel&status=queued&status=succeeded").get_data(as_text=True)
+    assert "<strong>3</strong> job(s) match" in confirm and "<strong>2</strong> can be cancelled" in confirm
+    assert fake_jobs.jobs[mine[1].id].status == "queued"  # a dry run changes nothing
+    r = client.post(
+        "/jobs/bulk-by-filter",
+        data={"csrf_token": token, "action": "cancel", "status": ["queued", "succeeded"]},
+    )
+    assert r.status_code == 302
+    assert [fake_jobs.jobs[j.id].status for j in mine] == ["succeeded", "cancelled", "cancelled"]
+    assert fake_jobs.jobs[theirs.id].status == "queued"
+
+
+def test_bulk_selected_and_detail_actions(client, alice, fake_jobs):  # type: ignore[no-untyped-def]
+    jobs = [_job(fake_jobs, alice, str(i)) for i in range(2)]
+    token = login(client, alice)
+    r = client.post("/jobs/bulk", data={"csrf_token": token, "action": "cancel", "ids": [j.id for j in jobs]})
+    assert r.status_code == 302 and all(fake_jobs.jobs[j.id].status == "cancelled" for j in jobs)
+    panel = client.post(f"/jobs/{jobs[0].id}/cancel", data={"csrf_token": token}, headers={"HX-Request": "true"})
+    assert panel.status_code == 200 and 'id="job-panel"' in panel.get_data(as_text=True)
+    retried = client.post(f"/jobs/{jobs[0].id}/retry", data={"csrf_token": token})
+    assert retried.status_code == 302 and retried.headers["Location"] != f"/jobs/{jobs[0].id}"
+
+
+def test_submit_form_validation_and_idempotent_resubmit(client, alice, fake_jobs):  # type: ignore[no-untyped-def]
+    token = login(client, alice)
+    r = client.post("/submit/echo", data={"csrf_token": token, "idempotency_key": "k", "p_times": "abc"})
+    page = r.get_data(as_text=True)
+    assert r.status_code == 200 and "This field is required." in page and "Not a valid integer value." in page
+    data = {"csrf_token": token, "idempotency_key": "k", "p_text": "hi", "p_times": "2"}
+    first = client.post("/submit/echo", data=data)
+    second = client.post("/submit/echo", data=data)  # a double-click: same job
+    assert first.headers["Location"] == second.headers["Location"] and len(fake_jobs.jobs) == 1
+    assert fake_jobs.payloads[next(iter(fake_jobs.jobs))] == {"text": "hi", "times": 2}
+    assert client.get("/submit/nope").status_code == 404
+
+
+def test_tokens_page_shows_secret_once_and_revokes(client, alice):  # type: ignore[no-untyped-def]
+    token = login(client, alice)
+    created = client.post("/tokens", data={"csrf_token": token, "name": "laptop"}).get_data(as_text=True)
+    secret = created.split('id="new-token">')[1].split("<")[0]
+    assert secret.startswith("tnr_")
+    assert client.get("/api/v1/jobs", headers={"Authorization": f"Bearer {secret}"}).status_code == 200
+    listing = client.get("/tokens").get_data(as_text=True)
+    assert secret not in listing and secret[:10] in listing
+    token_id = listing.split('action="/tokens/')[1].split("/")[0]
+    client.post(f"/tokens/{token_id}/revoke", data={"csrf_token": token})
+    assert client.get("/api/v1/jobs", headers={"Authorization": f"Bearer {secret}"}).status_code == 401
+
+
+def test_login_redirects_only_to_local_paths(client, alice):  # type: ignore[no-untyped-def]
+    from .conftest import csrf_token
+
+    token = csrf_token(client)
+    r = client.post(
+        "/login?next=https://evil.example/",
+        data={"csrf_token": token, "username": "alice", "password": alice.password},
+    )
+    assert r.headers["Location"] == "/jobs"
+    bad = client.post("/login", data={"csrf_token": csrf_token(client), "username": "alice", "password": "nope"})
+    assert "Invalid user name or password" in bad.get_data(as_text=True)
