@@ -3,12 +3,34 @@
 from __future__ import annotations
 
 import argparse
+import json
+import logging
+import os
 import sys
+import threading
+from typing import Any
+
+#: ``tenure worker`` exits with this code (EX_TEMPFAIL) when, past ``--worker-shutdown-timeout``,
+#: messages were still running: their leases were left to expire and they run again elsewhere.
+EXIT_WORK_LEFT_TO_LEASES = 75
+#: Set by ``tenure worker`` for its worker processes: the app (Dramatiq's broker argument) to load.
+WORKER_APP_ENV = "TENURE_WORKER_APP"
+#: Set by ``tenure worker`` for its worker processes: where each writes its shutdown report.
+WORKER_REPORT_DIR_ENV = "TENURE_WORKER_REPORT_DIR"
+#: A worker process ignores a second SIGTERM arriving this soon after the first (see _boot_worker).
+DUPLICATE_SIGTERM_WINDOW_S = 2.0
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["worker"]:
+        return _worker_command(argv[1:])
     parser = argparse.ArgumentParser(prog="tenure", description="Tenure: durable jobs on Dramatiq.")
     sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser(
+        "worker",
+        help="`dramatiq` with an exit code that tells whether work was left to its leases (see tenure worker -h)",
+    )
     db = sub.add_parser("db", help="database schema")
     db_sub = db.add_subparsers(dest="db_command", required=True)
     upgrade = db_sub.add_parser("upgrade", help="create or migrate the database to the newest schema")
@@ -67,6 +89,145 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         return 0
     return 2
+
+
+def _worker_command(args: list[str]) -> int:
+    """``tenure worker APP [dramatiq options]``: run Dramatiq's CLI, then say how the stop went.
+
+    Everything is Dramatiq's own CLI (same arguments, same signals, same logs); two things are added.
+    Each worker process loads *APP* through :func:`_boot_worker`, which adds a middleware that notes
+    the messages still running when the Worker's shutdown timeout ran out. After Dramatiq returns,
+    exit code 0 becomes :data:`EXIT_WORK_LEFT_TO_LEASES` (75) if any process left such messages: they
+    keep their leases (nobody else starts them while this host may still run them) and run again
+    elsewhere once the leases expire. Dramatiq's own non-zero codes (1 killed, 2 import, 3 connect,
+    4 pid file) are returned unchanged.
+    """
+    import shutil
+    import tempfile
+
+    from dramatiq import cli as dramatiq_cli
+
+    parser = dramatiq_cli.make_argument_parser()
+    parser.prog = "tenure worker"
+    parser.description = (
+        "Run Dramatiq worker processes (all of `dramatiq`'s arguments). Exit codes: Dramatiq's, plus "
+        f"{EXIT_WORK_LEFT_TO_LEASES} when messages still running at the end of --worker-shutdown-timeout "
+        "were left to their leases (they run again on another worker once the leases expire)."
+    )
+    ns = parser.parse_args(args)
+    report_dir = tempfile.mkdtemp(prefix="tenure-worker-")
+    os.environ[WORKER_APP_ENV] = ns.broker
+    os.environ[WORKER_REPORT_DIR_ENV] = report_dir
+    ns.broker = "tenure_cli:_boot_worker"
+    try:
+        code = dramatiq_cli.main(ns)
+        left = _read_shutdown_reports(report_dir)
+    finally:
+        shutil.rmtree(report_dir, ignore_errors=True)
+    if left:
+        print(
+            f"tenure worker: {len(left)} message(s) were still running when the shutdown timeout "
+            f"({ns.worker_shutdown_timeout} ms) ran out; they were left to their leases and will run again "
+            f"on another worker: {', '.join(sorted(left))}",
+            file=sys.stderr,
+        )
+        if code == 0:
+            return EXIT_WORK_LEFT_TO_LEASES
+    return int(code or 0)
+
+
+def _read_shutdown_reports(report_dir: str) -> dict[str, str]:
+    """``message id → actor`` of every message a worker process reported as left running."""
+    left: dict[str, str] = {}
+    for name in os.listdir(report_dir):
+        if name.endswith(".json"):
+            with open(os.path.join(report_dir, name), encoding="utf-8") as f:
+                left.update(json.load(f)["left_running"])
+    return left
+
+
+def _boot_worker() -> None:
+    """Dramatiq's broker argument under ``tenure worker``, called in each worker process.
+
+    Imports the app (``module`` or ``module:broker``, as Dramatiq's own argument) and adds the
+    shutdown report middleware to its broker.
+
+    It also makes one stop one stop. A process manager that signals the process *group* (honcho,
+    foreman, ``kill -TERM -PGID``, systemd's default ``KillMode=control-group``) delivers SIGTERM to a
+    worker process twice: once directly and once forwarded by Dramatiq's main process. Dramatiq
+    treats a second SIGTERM as "kill now" (``sys.exit(1)`` in the middle of the graceful stop), so the
+    process would die without stopping its Worker or closing the broker: acks not flushed, in-flight
+    work abandoned, an unclean exit reported by the next start. A SIGTERM within
+    :data:`DUPLICATE_SIGTERM_WINDOW_S` of the first is therefore ignored; a later one still kills.
+    """
+    import signal
+    import time
+
+    import dramatiq
+    from dramatiq.cli import import_broker
+
+    previous = signal.getsignal(signal.SIGTERM)
+    if callable(previous):
+        first_at: float | None = None
+
+        def on_sigterm(signum: int, frame: Any) -> Any:
+            nonlocal first_at
+            now = time.monotonic()
+            if first_at is not None and now - first_at < DUPLICATE_SIGTERM_WINDOW_S:
+                return None
+            first_at = first_at if first_at is not None else now
+            return previous(signum, frame)
+
+        signal.signal(signal.SIGTERM, on_sigterm)
+
+    _, broker = import_broker(os.environ[WORKER_APP_ENV])
+    dramatiq.set_broker(broker)
+    broker.add_middleware(_shutdown_report(os.environ[WORKER_REPORT_DIR_ENV]))
+
+
+def _shutdown_report(report_dir: str) -> Any:
+    """A middleware that writes ``<report_dir>/<pid>.json`` when the Worker stops with messages still running."""
+    from dramatiq.middleware import Middleware
+
+    logger = logging.getLogger("tenure.worker")
+
+    class ShutdownReport(Middleware):
+        def __init__(self) -> None:
+            self._lock = threading.Lock()
+            self._running: dict[str, str] = {}
+
+        def before_process_message(self, broker: Any, message: Any) -> None:
+            with self._lock:
+                self._running[message.message_id] = message.actor_name
+
+        def after_process_message(
+            self, broker: Any, message: Any, *, result: Any = None, exception: Any = None
+        ) -> None:
+            with self._lock:
+                self._running.pop(message.message_id, None)
+
+        def after_skip_message(self, broker: Any, message: Any) -> None:
+            with self._lock:
+                self._running.pop(message.message_id, None)
+
+        def after_worker_shutdown(self, broker: Any, worker: Any) -> None:
+            # Worker.stop() has joined its threads for at most the shutdown timeout: what is still
+            # registered here is running, and its lease is left to expire (see docs/operations.md).
+            with self._lock:
+                left = dict(self._running)
+            if not left:
+                return
+            logger.warning(
+                "%d message(s) still running after the shutdown timeout are left to their leases: %s",
+                len(left),
+                ", ".join(f"{actor} {mid}" for mid, actor in sorted(left.items())),
+            )
+            path = os.path.join(report_dir, f"{os.getpid()}.json")
+            with open(path + ".tmp", "w", encoding="utf-8") as f:
+                json.dump({"pid": os.getpid(), "left_running": left}, f)
+            os.replace(path + ".tmp", path)
+
+    return ShutdownReport()
 
 
 def _add_users_parser(sub: argparse._SubParsersAction) -> None:
