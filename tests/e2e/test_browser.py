@@ -237,3 +237,12 @@ def test_mobile_360px(browser, deployment: Deployment) -> None:  # type: ignore[
     page.keyboard.press("Enter")
     page.wait_for_url("**/jobs/*")
     s.close()
+
+
+def test_no_credentials_in_logs(deployment: Deployment) -> None:
+    """After the whole walk (logins, Basic and bearer API calls), no password or token was logged."""
+    logs = (deployment.tmp / "web.log").read_text() + (deployment.tmp / "worker.log").read_text()
+    assert "Authorization" not in logs
+    for secret in (deployment.admin[1], deployment.user[1], deployment.admin_token):
+        assert secret not in logs
+    assert "POST /login" in logs  # the access log is there, just without secrets

@@ -78,3 +78,11 @@ def test_login_redirects_only_to_local_paths(client, alice):  # type: ignore[no-
     assert r.headers["Location"] == "/jobs"
     bad = client.post("/login", data={"csrf_token": csrf_token(client), "username": "alice", "password": "nope"})
     assert "Invalid user name or password" in bad.get_data(as_text=True)
+
+
+def test_admin_filters_by_user_name(client, alice, bob, root, fake_jobs):  # type: ignore[no-untyped-def]
+    a, b = _job(fake_jobs, alice), _job(fake_jobs, bob)
+    login(client, root)
+    page = client.get("/jobs?owner=bob").get_data(as_text=True)
+    assert b.id[:12] in page and a.id[:12] not in page
+    assert ">alice<" in client.get("/jobs").get_data(as_text=True)  # owners shown by name

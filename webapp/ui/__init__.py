@@ -36,7 +36,19 @@ def _logged_in() -> None:
 
 @bp.app_context_processor
 def _globals() -> dict[str, Any]:
-    return {"STATUSES": STATUSES, "now": datetime.now(UTC), "ui_poll_s": current_app.config["UI_POLL_S"]}
+    return {
+        "STATUSES": STATUSES,
+        "now": datetime.now(UTC),
+        "ui_poll_s": current_app.config["UI_POLL_S"],
+        "owner_name": _owner_name,
+    }
+
+
+def _owner_name(owner_id: str) -> str:
+    """A job owner's user name for admins' lists (owner ids are user ids; others are shown as they are)."""
+    if "owner_names" not in g:
+        g.owner_names = {u.owner_id: u.username for u in accounts.list_users(services().engine)}
+    return g.owner_names.get(owner_id, owner_id)
 
 
 @bp.app_template_filter("ago")
@@ -72,11 +84,15 @@ def _filters(args: Any = None) -> tuple[JobQuery, dict[str, Any]]:
     created_after = _parse_dt(args.get("created_after"))
     created_before = _parse_dt(args.get("created_before"))
     owner = (args.get("owner") or "").strip()[:100] if g.identity.is_admin else ""
+    owner_id = owner
+    if owner:  # admins may type a user name; jobs carry the user's id
+        named = accounts.get_user_by_name(services().engine, owner)
+        owner_id = named.owner_id if named else owner
     query = JobQuery(
         statuses=statuses,
         kind=(args.get("kind") or "").strip()[:100] or None,
         queue=(args.get("queue") or "").strip()[:100] or None,
-        owner_id=owner or None,
+        owner_id=owner_id or None,
         created_after=created_after,
         created_before=created_before,
         search=(args.get("q") or "").strip()[:200] or None,
