@@ -1,0 +1,49 @@
+"""A worker app for the operations tests: ``tenure worker tests.acceptance.operations.apps.ops_app``.
+
+Configured from the environment:
+  OPS_BROKER_DB   the broker's SQLite file
+  OPS_LEDGER_DB   a separate SQLite file where the actor records what started and what completed
+  OPS_TTL_MS      the broker's lease TTL (default 10000)
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import time
+
+import dramatiq
+
+from broker import SQLiteBroker
+from tests.acceptance.operations.apps.ledger import QUEUE, ledger_connect
+
+broker = SQLiteBroker(
+    f"sqlite:///{os.environ['OPS_BROKER_DB']}", lease_ttl_ms=int(os.environ.get("OPS_TTL_MS", "10000"))
+)
+dramatiq.set_broker(broker)
+
+_local = threading.local()
+
+
+def _ledger() -> sqlite3.Connection:
+    conn = getattr(_local, "conn", None)
+    if conn is None:
+        conn = _local.conn = ledger_connect(os.environ["OPS_LEDGER_DB"])
+    return conn
+
+
+@dramatiq.actor(queue_name=QUEUE, max_retries=0)
+def hold(key: str) -> None:
+    """Record the start, block until the test inserts ``release`` row *key* (or ``*``), record the completion.
+
+    ``done`` has a UNIQUE key: a second completion of *key* lands in ``dupes``.
+    """
+    db = _ledger()
+    db.execute("INSERT INTO starts (key, pid, at) VALUES (?, ?, ?)", (key, os.getpid(), time.time()))
+    while db.execute("SELECT 1 FROM release WHERE key IN (?, '*')", (key,)).fetchone() is None:
+        time.sleep(0.01)
+    try:
+        db.execute("INSERT INTO done (key, pid, at) VALUES (?, ?, ?)", (key, os.getpid(), time.time()))
+    except sqlite3.IntegrityError:
+        db.execute("INSERT INTO dupes (key, pid, at) VALUES (?, ?, ?)", (key, os.getpid(), time.time()))
