@@ -83,11 +83,13 @@ class FieldSpec:
     """One input of a kind's submit form (rendered by the UI, validated by the gateway)."""
 
     name: str
-    type: str = "string"  # string | text | integer | number | boolean
+    type: str = "string"  # string | text | integer | number | boolean | list (of strings) | object
     required: bool = False
     default: Any = None
     help: str = ""
     choices: tuple[str, ...] = ()
+    #: ``null`` is accepted (the parameter defaults to ``None``).
+    nullable: bool = False
 
 
 @dataclass(frozen=True)

@@ -17,10 +17,12 @@ import inspect
 import itertools
 import random
 import threading
+import types
+import typing
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
+from pathlib import Path, PurePath
 from statistics import median, quantiles
 from types import SimpleNamespace
 from typing import Any
@@ -50,7 +52,6 @@ MAX_SCAN_ROWS = 5_000
 MAX_COUNT_ROWS = 20_000
 _BATCH = 200
 _MAX_MS = 253_402_300_799_000
-_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean"}
 
 
 def _ms(dt: datetime) -> int:
@@ -89,18 +90,22 @@ class JobLayerGateway:
     def _kind_info(kind: Any) -> KindInfo:
         doc = inspect.getdoc(kind.fn) or ""
         title, _, rest = doc.partition("\n")
+        hints = _type_hints(kind.fn)
         fields = []
         for param in _payload_params(kind.fn):
-            annotation = param.annotation if param.annotation is not inspect.Parameter.empty else str
-            if isinstance(annotation, str):  # postponed annotations: "int", "str | None"…
-                annotation = {"int": int, "float": float, "bool": bool}.get(annotation.split("|")[0].strip(), str)
+            field_type = _field_type(hints.get(param.name, param.annotation))
             default = None if param.default is inspect.Parameter.empty else param.default
+            nullable = param.default is None
+            if isinstance(default, tuple | list):
+                default = "\n".join(str(v) for v in default) if field_type == "list" else None
             fields.append(
                 FieldSpec(
                     name=param.name,
-                    type=_TYPES.get(annotation, "string"),
+                    type=field_type,
                     required=param.default is inspect.Parameter.empty,
                     default=default if isinstance(default, str | int | float | bool) else None,
+                    help={"list": "one per line", "object": "a JSON object"}.get(field_type, ""),
+                    nullable=nullable,
                 )
             )
         return KindInfo(
@@ -408,9 +413,52 @@ def _payload_params(fn: Any) -> list[inspect.Parameter]:
     return [p for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
 
 
+def _type_hints(fn: Any) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(fn)
+    except Exception:  # an annotation that cannot be resolved here: fall back to the raw ones
+        return {}
+
+
+def _field_type(annotation: Any) -> str:
+    """The form/JSON type of a payload parameter's annotation (``X | None`` counts as ``X``)."""
+    if annotation is inspect.Parameter.empty or annotation is Any:
+        return "string"
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(args) == 1:
+        annotation = args[0]
+    origin = typing.get_origin(annotation) or annotation
+    if origin is bool:
+        return "boolean"
+    if origin is int:
+        return "integer"
+    if origin is float:
+        return "number"
+    if isinstance(origin, type):
+        if issubclass(origin, str | PurePath):
+            return "string"
+        if issubclass(origin, Mapping):
+            return "object"
+        if issubclass(origin, Sequence):
+            return "list"
+    return "string"
+
+
+_CHECKS = {
+    "string": lambda v: isinstance(v, str),
+    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+    "boolean": lambda v: isinstance(v, bool),
+    "list": lambda v: isinstance(v, list) and all(isinstance(i, str) for i in v),
+    "object": lambda v: isinstance(v, dict),
+}
+_NAMES = {"list": "list of strings", "object": "JSON object"}
+
+
 def _check_payload(fn: Any, payload: dict[str, Any]) -> dict[str, list[str]]:
     """Per-field problems of *payload* for ``fn(ctx, **payload)``: missing, unknown, wrong type."""
     params = _payload_params(fn)
+    hints = _type_hints(fn)
     takes_any = any(p.kind == p.VAR_KEYWORD for p in inspect.signature(fn).parameters.values())
     names = {p.name: p for p in params}
     problems: dict[str, list[str]] = {}
@@ -423,15 +471,13 @@ def _check_payload(fn: Any, payload: dict[str, Any]) -> dict[str, list[str]]:
             if not takes_any:
                 problems[key] = ["Unknown field."]
             continue
-        expected = param.annotation
-        if isinstance(expected, str):
-            expected = {"int": int, "float": float, "bool": bool, "str": str}.get(expected, None)
-        if expected in (int, float, str, bool) and value is not None:
-            ok = isinstance(value, expected) and not (expected is int and isinstance(value, bool))
-            if expected is float and isinstance(value, int) and not isinstance(value, bool):
-                ok = True
-            if not ok:
-                problems[key] = [f"Not a valid {_TYPES[expected]}."]
+        if value is None:
+            if param.default is not None:
+                problems[key] = ["Field may not be null."]
+            continue
+        expected = _field_type(hints.get(key, param.annotation))
+        if not _CHECKS[expected](value):
+            problems[key] = [f"Not a valid {_NAMES.get(expected, expected)}."]
     return problems
 
 
@@ -462,6 +508,8 @@ class ChangeDetector:
         self._ring: deque[Notice] = deque(maxlen=self.RETAIN)
         self._seen: dict[str, tuple] = {}
         self._lock = threading.Lock()
+        #: One poll at a time (the background thread, or a caller of poll_once): a change is noticed once.
+        self._poll_lock = threading.Lock()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._primed = threading.Event()
@@ -498,6 +546,11 @@ class ChangeDetector:
         return (str(r.status), r.progress, r.progress_message, r.last_event_sequence, r.cancel_requested)
 
     def poll_once(self) -> None:
+        """Compare the job layer's current state with the last poll and append notices for changes."""
+        with self._poll_lock:
+            self._poll()
+
+    def _poll(self) -> None:
         g = self.gateway
         current: dict[str, Any] = {}
         for status in ("queued", "running"):

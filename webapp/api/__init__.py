@@ -37,7 +37,15 @@ class TenureApi(Api):
         return current_app.response_class(json.dumps(doc, indent=2), mimetype="application/json")
 
 
-_JSON_TYPES = {"string": "string", "text": "string", "integer": "integer", "number": "number", "boolean": "boolean"}
+_JSON_TYPES: dict[str, dict[str, Any]] = {
+    "string": {"type": "string"},
+    "text": {"type": "string"},
+    "integer": {"type": "integer"},
+    "number": {"type": "number"},
+    "boolean": {"type": "boolean"},
+    "list": {"type": "array", "items": {"type": "string"}},
+    "object": {"type": "object"},
+}
 
 
 def submit_schema_per_kind(base: dict[str, Any], kinds: list[Any]) -> dict[str, Any]:
@@ -46,7 +54,9 @@ def submit_schema_per_kind(base: dict[str, Any], kinds: list[Any]) -> dict[str, 
     for kind in kinds:
         properties: dict[str, Any] = {}
         for field in kind.fields:
-            prop: dict[str, Any] = {"type": _JSON_TYPES.get(field.type, "string")}
+            prop: dict[str, Any] = dict(_JSON_TYPES.get(field.type, _JSON_TYPES["string"]))
+            if field.nullable:
+                prop["type"] = [prop["type"], "null"]
             if field.choices:
                 prop["enum"] = list(field.choices)
             if field.help:

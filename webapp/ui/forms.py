@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
@@ -15,7 +16,7 @@ from wtforms import (
     StringField,
     TextAreaField,
 )
-from wtforms.validators import DataRequired, InputRequired, Length, NumberRange, Optional
+from wtforms.validators import DataRequired, InputRequired, Length, NumberRange, Optional, ValidationError
 
 from ..gateway import FieldSpec, KindInfo
 
@@ -47,8 +48,9 @@ def _field(spec: FieldSpec) -> Any:
         return FloatField(label, validators=required, **kwargs)
     if spec.type == "boolean":
         return BooleanField(label, validators=[Optional()], **kwargs)
-    if spec.type == "text":
-        return TextAreaField(label, validators=[*required, Length(max=20_000)], **kwargs)
+    if spec.type in ("text", "list", "object"):
+        extra = [JsonObject()] if spec.type == "object" else []
+        return TextAreaField(label, validators=[*required, Length(max=20_000), *extra], **kwargs)
     return StringField(label, validators=[*required, Length(max=2_000)], **kwargs)
 
 
@@ -62,11 +64,30 @@ def submit_form_for(kind: KindInfo, formdata: Any = None) -> SubmitBase:
     return form
 
 
+class JsonObject:
+    """The text is a JSON object."""
+
+    def __call__(self, form: Any, field: Any) -> None:
+        if not field.data:
+            return
+        try:
+            value = json.loads(field.data)
+        except ValueError:
+            raise ValidationError("Not valid JSON.") from None
+        if not isinstance(value, dict):
+            raise ValidationError("Must be a JSON object ({...}).")
+
+
 def payload_from(kind: KindInfo, form: SubmitBase) -> dict[str, Any]:
+    """The job payload from a validated form (list fields: one item per line; object fields: JSON)."""
     payload: dict[str, Any] = {}
     for spec in kind.fields:
         value = getattr(form, f"p_{spec.name}").data
         if value is None or (value == "" and not spec.required):
             continue
+        if spec.type == "list":
+            value = [line.strip() for line in str(value).splitlines() if line.strip()]
+        elif spec.type == "object":
+            value = json.loads(value)
         payload[spec.name] = value
     return payload

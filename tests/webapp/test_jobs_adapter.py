@@ -1,0 +1,187 @@
+"""The web layer's gateway over the real job layer (migrated SQLite file, SQLiteBroker, local registry)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from jobs import JobContext, Settings, schema
+from jobs.db import make_engine
+from jobs.registry import Registry
+from webapp.errors import Conflict, Invalid, JobNotFoundError, NotFound
+from webapp.gateway import CursorExpired, JobQuery
+from webapp.jobs_adapter import JobLayerGateway, _check_payload, _field_type
+
+
+def build(
+    ctx: JobContext,
+    *,
+    name: str,
+    count: int = 1,
+    ratio: float | None = None,
+    loud: bool = False,
+    tags: Sequence[str] = (),
+    files: list[str] | None = None,
+    meta: Mapping[str, object] | None = None,
+    where: Path | None = None,
+) -> None:
+    """Build a thing.
+
+    Longer description.
+    """
+
+
+def test_field_types_and_payload_checks() -> None:
+    assert [_field_type(t) for t in (str, int, float, bool, list[str], Sequence[str], dict, Mapping[str, int])] == [
+        "string",
+        "integer",
+        "number",
+        "boolean",
+        "list",
+        "list",
+        "object",
+        "object",
+    ]
+    assert _field_type(int | None) == "integer" and _field_type(Path | None) == "string"
+    assert _check_payload(build, {"name": "x", "count": 2, "ratio": None, "tags": ["a"], "meta": {"k": 1}}) == {}
+    problems = _check_payload(build, {"count": 1.5, "loud": 1, "tags": "a", "meta": [], "extra": 1, "where": 3})
+    assert set(problems) == {"name", "count", "loud", "tags", "meta", "extra", "where"}
+    assert _check_payload(build, {"name": "x", "count": None}) == {"count": ["Field may not be null."]}
+
+
+@pytest.fixture()
+def gateway(tmp_path: Path):  # type: ignore[no-untyped-def]
+    from broker import SQLiteBroker
+
+    url = f"sqlite:///{tmp_path / 't.db'}"
+    schema.upgrade(url)
+    engine = make_engine(url)
+    broker = SQLiteBroker(url, middleware=[])
+    registry = Registry()
+    registry.kind("build", queue="builds", broker=broker)(build)
+
+    @registry.kind("echo", queue="echoes", broker=broker)
+    def echo(ctx: JobContext, *, text: str) -> dict:
+        """Echo."""
+        return {"text": text}
+
+    settings = Settings(database_url=url, broker_url=url, output_root=str(tmp_path / "out"))
+    gw = JobLayerGateway(engine=engine, broker=broker, settings=settings, registry=registry)
+    yield gw
+    broker.close()
+    engine.dispose()
+
+
+def _submit(gw, owner="1", kind="echo", key=None, **payload):  # type: ignore[no-untyped-def]
+    return gw.submit(
+        owner_id=owner, kind=kind, payload=payload or {"text": "t"}, idempotency_key=key, priority=0, delay_s=0
+    )
+
+
+def test_kinds_from_signatures(gateway) -> None:  # type: ignore[no-untyped-def]
+    kinds = {k.name: k for k in gateway.kinds()}
+    b = kinds["build"]
+    assert (b.title, b.description, b.queue) == ("Build a thing", "Longer description.", "builds")
+    fields = {f.name: f for f in b.fields}
+    assert fields["name"].required and fields["count"].default == 1 and fields["ratio"].nullable
+    assert fields["tags"].type == "list" and fields["meta"].type == "object"
+
+
+def test_submit_answers(gateway) -> None:  # type: ignore[no-untyped-def]
+    job, created = _submit(gateway, key="k")
+    assert created and job.status == "queued" and job.queue == "echoes"
+    again, created = _submit(gateway, key="k")
+    assert not created and again.id == job.id
+    with pytest.raises(Conflict):
+        _submit(gateway, key="k", text="other")
+    with pytest.raises(Invalid) as unknown:
+        _submit(gateway, kind="nope")
+    assert "kind" in unknown.value.details
+    with pytest.raises(Invalid) as bad:
+        gateway.submit(owner_id="1", kind="build", payload={"count": "x"}, idempotency_key=None, priority=0, delay_s=0)
+    assert set(bad.value.details) == {"name", "count"}
+
+
+def test_scoping_cancel_retry_events(gateway) -> None:  # type: ignore[no-untyped-def]
+    job, _ = _submit(gateway, owner="1")
+    with pytest.raises(JobNotFoundError):
+        gateway.get("2", job.id)
+    with pytest.raises(JobNotFoundError):
+        gateway.cancel("2", job.id, by="2")
+    assert gateway.get(None, job.id).id == job.id  # admins see everything
+    cancelled, outcome = gateway.cancel("1", job.id, by="1")
+    assert outcome == "cancelled" and cancelled.status == "cancelled" and cancelled.can_retry
+    with pytest.raises(Conflict):
+        gateway.cancel("1", job.id, by="1")
+    new = gateway.retry("1", job.id, by="1")
+    assert new.retry_of_job_id == job.id and new.status == "queued"
+    with pytest.raises(Conflict):
+        gateway.retry("1", new.id, by="1")
+    assert [e.data["status"] for e in gateway.events("1", job.id, after=0, limit=10)] == ["queued", "cancelled"]
+    with pytest.raises(JobNotFoundError):
+        gateway.events("2", job.id, after=0, limit=10)
+
+
+def test_list_filters_pagination_and_count(gateway) -> None:  # type: ignore[no-untyped-def]
+    ids = [_submit(gateway, text=f"t{i}")[0].id for i in range(5)]
+    other = gateway.submit(
+        owner_id="1", kind="build", payload={"name": "b"}, idempotency_key=None, priority=0, delay_s=0
+    )[0]
+    gateway.cancel("1", ids[0], by="1")
+    page = gateway.list_jobs("1", JobQuery(), cursor=None, limit=4)
+    assert len(page.items) == 4 and page.next_cursor
+    rest = gateway.list_jobs("1", JobQuery(), cursor=page.next_cursor, limit=4)
+    assert len(rest.items) == 2 and rest.next_cursor is None
+    listed = [j.id for j in page.items + rest.items]  # newest first; same-millisecond ties by id
+    assert sorted(listed) == sorted([*ids, other.id])
+    assert [(j.created_at, j.id) for j in page.items + rest.items] == sorted(
+        ((j.created_at, j.id) for j in page.items + rest.items), reverse=True
+    )
+    assert [j.id for j in gateway.list_jobs("1", JobQuery(queue="builds"), cursor=None, limit=10).items] == [other.id]
+    both = JobQuery(statuses=("cancelled", "queued"))
+    assert gateway.count_jobs("1", both) == 6 and gateway.count_jobs("1", JobQuery(statuses=("cancelled",))) == 1
+    assert gateway.list_jobs("1", JobQuery(search=ids[2][:12]), cursor=None, limit=10).items[0].id == ids[2]
+    future = datetime.now(UTC) + timedelta(hours=1)
+    assert gateway.list_jobs("1", JobQuery(created_after=future), cursor=None, limit=10).items == []
+    assert len(gateway.list_jobs("1", JobQuery(created_before=future), cursor=None, limit=10).items) == 6
+    assert gateway.list_jobs("2", JobQuery(), cursor=None, limit=10).items == []
+    assert len(gateway.list_jobs(None, JobQuery(owner_id="1"), cursor=None, limit=10).items) == 6
+    far = gateway.list_jobs("1", JobQuery(), cursor="999999999999999.zz", limit=10)  # clamped, not a 500
+    assert len(far.items) == 6
+    with pytest.raises(Invalid):
+        gateway.list_jobs("1", JobQuery(), cursor="garbage", limit=10)
+
+
+def test_change_detector_notices(gateway) -> None:  # type: ignore[no-untyped-def]
+    detector = gateway.detector
+    head = gateway.head()  # starts the poller (first poll = baseline, no notices)
+    mine, _ = _submit(gateway, owner="1")
+    theirs, _ = _submit(gateway, owner="2")
+    detector.poll_once()
+    notices, scanned = gateway.notices("1", after=head, limit=10)
+    assert [(n.job_id, n.status) for n in notices] == [(mine.id, "queued")] and scanned == head + 2
+    everything, _ = gateway.notices(None, after=head, limit=10)
+    assert {n.job_id for n in everything} == {mine.id, theirs.id}
+    gateway.cancel("1", mine.id, by="1")
+    detector.poll_once()
+    later, _ = gateway.notices("1", after=scanned, limit=10)
+    assert [(n.job_id, n.status) for n in later] == [(mine.id, "cancelled")]
+    with pytest.raises(CursorExpired):
+        gateway.notices("1", after=12345, limit=10)  # minted by another process
+
+
+def test_output_files(gateway, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    job, _ = _submit(gateway)
+    gateway.cancel("1", job.id, by="1")
+    folder = tmp_path / "out" / job.id
+    folder.mkdir(parents=True)
+    (folder / "1-report.txt").write_text("hi")
+    assert gateway.get("1", job.id).files == ("1-report.txt",)
+    assert gateway.output_file("1", job.id, "1-report.txt").read_text() == "hi"
+    with pytest.raises(NotFound):
+        gateway.output_file("1", job.id, "../../t.db")
+    with pytest.raises(JobNotFoundError):
+        gateway.output_file("2", job.id, "1-report.txt")
