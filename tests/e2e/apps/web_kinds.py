@@ -1,8 +1,9 @@
-"""Job kinds for the web app's end-to-end tests, until the real actors land.
+"""Job kinds for the web app's end-to-end tests: small, fast and deterministic.
 
 Both the web process (``TENURE_WEB_TASKS_MODULE=tests.e2e.apps.web_kinds``) and the worker
-(``python -m dramatiq tests.e2e.apps.web_kinds``) import it: it sets the broker from the
-environment, installs the job middleware and declares the kinds.
+(``python -m dramatiq tests.e2e.apps.web_kinds``) import it. ``tasks`` is Tenure's composition root
+(settings, broker, job and schedule middleware, the real kinds); the kinds here are declared on
+the same broker.
 """
 
 from __future__ import annotations
@@ -13,20 +14,14 @@ from pathlib import Path
 import dramatiq
 
 import jobs
-from broker import SQLiteBroker
-from jobs import JobContext, Settings
+import tasks
+from jobs import JobContext
 from tasks.scheduling import cron, schedule_job
-from tasks.scheduling import install as install_schedules
 
 QUEUE = "e2e"
 SLOW_QUEUE = "e2e_slow"
 
-settings = Settings.from_env()
-jobs.settings.set_current_settings(settings)
-broker = SQLiteBroker(settings.broker_url, lease_ttl_ms=5_000)
-install_schedules(broker)  # before any periodic actor is declared
-dramatiq.set_broker(broker)
-jobs.install(broker, settings)
+broker = tasks.broker
 
 
 @jobs.registry.kind("e2e_progress", queue=QUEUE)
