@@ -86,3 +86,11 @@ def test_admin_filters_by_user_name(client, alice, bob, root, fake_jobs):  # typ
     page = client.get("/jobs?owner=bob").get_data(as_text=True)
     assert b.id[:12] in page and a.id[:12] not in page
     assert ">alice<" in client.get("/jobs").get_data(as_text=True)  # owners shown by name
+
+
+def test_security_headers(client, alice):  # type: ignore[no-untyped-def]
+    page = client.get("/login")
+    assert "script-src 'self'" in page.headers["Content-Security-Policy"]
+    assert page.headers["X-Frame-Options"] == "DENY" and page.headers["X-Content-Type-Options"] == "nosniff"
+    api = client.get("/api/v1/jobs", headers=alice.bearer)
+    assert "Content-Security-Policy" not in api.headers and api.headers["X-Content-Type-Options"] == "nosniff"
