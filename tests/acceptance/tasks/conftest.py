@@ -160,7 +160,9 @@ class Fleet:
         targets = [self.procs[name]] if name else list(self.procs.values())
         for p in targets:
             if p.poll() is None:
-                os.killpg(p.pid, signal.SIGTERM)
+                # Only the dramatiq main process: it forwards SIGTERM to its workers. Signalling the whole
+                # group too would give each worker a second SIGTERM, which Dramatiq treats as "kill now".
+                p.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + 15
         for p in targets:
             try:
