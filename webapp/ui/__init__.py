@@ -169,10 +169,12 @@ def attempts_from(events: list[Any]) -> list[dict[str, Any]]:
     return attempts
 
 
-def _detail(template: str, job_id: str):  # type: ignore[no-untyped-def]
+def _detail(template: str, job_id: str, notice: tuple[str, str] | None = None):  # type: ignore[no-untyped-def]
     record = services().jobs.get(g.identity.scope, job_id)
     events = services().jobs.events(g.identity.scope, job_id, after=0, limit=500)
-    return render_template(template, job=record, events=events, attempts=attempts_from(events), form=EmptyForm())
+    return render_template(
+        template, job=record, events=events, attempts=attempts_from(events), form=EmptyForm(), notice=notice
+    )
 
 
 @bp.route("/jobs/<job_id>")
@@ -192,9 +194,11 @@ def job_row(job_id: str):
     return render_template("_job_row.html", job=record)
 
 
-def _after_action(job_id: str):
+def _after_action(job_id: str, message: str, category: str):  # type: ignore[no-untyped-def]
+    """htmx swaps the panel (the message goes inside it); a plain form post redirects with a flash."""
     if _is_htmx():
-        return job_panel(job_id)
+        return _detail("_job_panel.html", job_id, notice=(category, message))
+    flash(message, category)
     return redirect(url_for("ui.job", job_id=job_id))
 
 
@@ -202,13 +206,10 @@ def _after_action(job_id: str):
 def cancel(job_id: str):
     try:
         _, outcome = services().jobs.cancel(g.identity.scope, job_id, by=g.identity.user.owner_id)
-        flash(
-            "Cancelled." if outcome == "cancelled" else "Cancel requested; the job stops at its next checkpoint.",
-            "info",
-        )
     except Conflict as exc:
-        flash(exc.message, "error")
-    return _after_action(job_id)
+        return _after_action(job_id, exc.message, "error")
+    message = "Cancelled." if outcome == "cancelled" else "Cancel requested; the job stops at its next checkpoint."
+    return _after_action(job_id, message, "info")
 
 
 @bp.route("/jobs/<job_id>/retry", methods=["POST"])
@@ -216,8 +217,7 @@ def retry(job_id: str):
     try:
         new = services().jobs.retry(g.identity.scope, job_id, by=g.identity.user.owner_id)
     except Conflict as exc:
-        flash(exc.message, "error")
-        return _after_action(job_id)
+        return _after_action(job_id, exc.message, "error")
     flash(f"Retrying as job {new.id}.", "info")
     return redirect(url_for("ui.job", job_id=new.id))
 
