@@ -154,39 +154,32 @@ def _boot_worker() -> None:
 
     It also makes one stop one stop. A process manager that signals the process *group* (honcho,
     foreman, ``kill -TERM -PGID``, systemd's default ``KillMode=control-group``) delivers SIGTERM to a
-    worker process twice: once directly and once forwarded by Dramatiq's main process. Dramatiq
-    treats a second SIGTERM as "kill now" (``sys.exit(1)`` in the middle of the graceful stop), so the
-    process would die without stopping its Worker or closing the broker: acks not flushed, in-flight
-    work abandoned, an unclean exit reported by the next start. A SIGTERM within
-    :data:`DUPLICATE_SIGTERM_WINDOW_S` of the first is therefore ignored; a later one still kills.
+    worker process twice, microseconds apart: once directly and once forwarded by Dramatiq's main
+    process (which forwards only once its workers have booted, so seconds later if the stop came
+    during start-up). Two things go wrong with the second one. Dramatiq treats it as "kill now"
+    (``sys.exit(1)`` in the middle of the graceful stop: no Worker stop, no broker close, acks lost,
+    an unclean exit reported by the next start). And a handler re-entered while the first run of it
+    holds a lock deadlocks the main thread (the SQLite broker's SIGTERM hook sets a
+    ``threading.Event``), so the process hangs until the process manager's SIGKILL. So the first
+    SIGTERM is passed on and repeats are dropped — by the outermost handler, before anything takes
+    a lock — until the Worker's stop has been under way for :data:`DUPLICATE_SIGTERM_WINDOW_S`; one
+    after that still kills (a second Ctrl-C).
     """
-    import signal
-    import time
-
     import dramatiq
     from dramatiq.cli import import_broker
 
-    previous = signal.getsignal(signal.SIGTERM)
-    if callable(previous):
-        first_at: float | None = None
-
-        def on_sigterm(signum: int, frame: Any) -> Any:
-            nonlocal first_at
-            now = time.monotonic()
-            if first_at is not None and now - first_at < DUPLICATE_SIGTERM_WINDOW_S:
-                return None
-            first_at = first_at if first_at is not None else now
-            return previous(signum, frame)
-
-        signal.signal(signal.SIGTERM, on_sigterm)
-
+    report = _shutdown_report(os.environ[WORKER_REPORT_DIR_ENV])
+    report.guard_sigterm_during_boot()
     _, broker = import_broker(os.environ[WORKER_APP_ENV])
     dramatiq.set_broker(broker)
-    broker.add_middleware(_shutdown_report(os.environ[WORKER_REPORT_DIR_ENV]))
+    broker.add_middleware(report)
 
 
 def _shutdown_report(report_dir: str) -> Any:
     """A middleware that writes ``<report_dir>/<pid>.json`` when the Worker stops with messages still running."""
+    import signal
+    import time
+
     from dramatiq.middleware import Middleware
 
     logger = logging.getLogger("tenure.worker")
@@ -195,6 +188,48 @@ def _shutdown_report(report_dir: str) -> Any:
         def __init__(self) -> None:
             self._lock = threading.Lock()
             self._running: dict[str, str] = {}
+            #: ``time.monotonic()`` when the Worker began stopping (None until then).
+            self.stopping_since: float | None = None
+            self._sigterm_seen = False
+            self._booted = False
+
+        # -- one stop per SIGTERM delivery (see _boot_worker) -------------------------------------
+        def guard_sigterm_during_boot(self) -> None:
+            """Before the app loads: wrap Dramatiq's handler so only the first SIGTERM reaches it."""
+            dramatiq_handler = signal.getsignal(signal.SIGTERM)
+            if not callable(dramatiq_handler):
+                return
+
+            def during_boot(signum: int, frame: Any) -> Any:
+                if not self._booted:  # after boot, the outer handler below has already filtered
+                    if self._sigterm_seen:
+                        return None
+                    self._sigterm_seen = True
+                return dramatiq_handler(signum, frame)
+
+            signal.signal(signal.SIGTERM, during_boot)
+
+        def after_process_boot(self, broker: Any) -> None:
+            """After the broker's own hooks: become the outermost SIGTERM handler."""
+            inner = signal.getsignal(signal.SIGTERM)
+            if not callable(inner):
+                return
+
+            def outermost(signum: int, frame: Any) -> Any:
+                if self._sigterm_seen:
+                    since = self.stopping_since
+                    if since is None or time.monotonic() - since < DUPLICATE_SIGTERM_WINDOW_S:
+                        return None  # the same stop, delivered again
+                self._sigterm_seen = True
+                return inner(signum, frame)
+
+            self._booted = True
+            signal.signal(signal.SIGTERM, outermost)
+
+        def before_worker_shutdown(self, broker: Any, worker: Any) -> None:
+            self.stopping_since = time.monotonic()
+
+        # -- what was left running ----------------------------------------------------------------
 
         def before_process_message(self, broker: Any, message: Any) -> None:
             with self._lock:

@@ -36,7 +36,9 @@ class Rig:
     ledger_db: Path
     producer: SQLiteBroker
 
-    def worker(self, name: str, *, threads: int, shutdown_ms: int, ttl_ms: int, prefetch: int = 0) -> Proc:
+    def worker(
+        self, name: str, *, threads: int, shutdown_ms: int, ttl_ms: int, prefetch: int = 0, **extra_env: str
+    ) -> Proc:
         env = dict(
             os.environ,
             PYTHONPATH=str(ROOT),
@@ -44,6 +46,7 @@ class Rig:
             OPS_BROKER_DB=str(self.broker_db),
             OPS_LEDGER_DB=str(self.ledger_db),
             OPS_TTL_MS=str(ttl_ms),
+            **extra_env,
         )
         if prefetch:
             env["dramatiq_queue_prefetch"] = str(prefetch)
@@ -193,3 +196,20 @@ def test_past_the_grace_the_running_message_is_left_to_its_lease_and_the_exit_co
     assert rig.ledger("SELECT count(*) FROM dupes")[0][0] == 0
     # A closed its broker (no unclean exit recorded): it stopped, it did not crash
     assert not rig.broker_rows("SELECT owner FROM broker_processes WHERE pid = ?", a_pid)
+
+
+@pytest.mark.timeout(60)
+def test_a_group_sigterm_during_start_up_is_one_graceful_stop(rig: Rig) -> None:
+    # Given a worker whose worker process is still importing the app (a slow start-up)
+    a = rig.worker("a", threads=2, shutdown_ms=3000, ttl_ms=3000, OPS_BOOT_DELAY_S="1.5")
+    wait_for("the app import to begin", lambda: rig.ledger("SELECT pid FROM boots"), 30, rig.procs, poll_s=0.005)
+
+    # When the process group receives SIGTERM (the worker process gets it now, and again when
+    # Dramatiq's main process forwards it after the boot)
+    rig.procs.signal(a, signal.SIGTERM, group=True)
+
+    # Then it is one graceful stop: the Worker stops, the broker closes, exit 0
+    assert a.popen.wait(30) == 0, rig.procs.logs()
+    assert "Killing worker process" not in a.output()
+    assert "Worker has been shut down." in a.output()
+    assert not rig.broker_rows("SELECT owner FROM broker_processes")

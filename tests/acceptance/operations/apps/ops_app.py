@@ -4,6 +4,7 @@ Configured from the environment:
   OPS_BROKER_DB   the broker's SQLite file
   OPS_LEDGER_DB   a separate SQLite file where the actor records what started and what completed
   OPS_TTL_MS      the broker's lease TTL (default 10000)
+  OPS_BOOT_DELAY_S  if set, importing the app records a ``boots`` row, then sleeps this long (a slow start-up)
 """
 
 from __future__ import annotations
@@ -22,6 +23,12 @@ broker = SQLiteBroker(
     f"sqlite:///{os.environ['OPS_BROKER_DB']}", lease_ttl_ms=int(os.environ.get("OPS_TTL_MS", "10000"))
 )
 dramatiq.set_broker(broker)
+
+if os.environ.get("OPS_BOOT_DELAY_S"):
+    _boot = ledger_connect(os.environ["OPS_LEDGER_DB"])
+    _boot.execute("INSERT INTO boots (pid, at) VALUES (?, ?)", (os.getpid(), time.time()))
+    _boot.close()
+    time.sleep(float(os.environ["OPS_BOOT_DELAY_S"]))
 
 _local = threading.local()
 
