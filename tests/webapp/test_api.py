@@ -206,3 +206,13 @@ def test_metrics_needs_auth_unless_public(app, client, root):  # type: ignore[no
     assert b"tenure_collector_source_up" in r.data
     app.config["METRICS_PUBLIC"] = True
     assert client.get("/metrics").status_code == 200
+
+
+def test_download_a_produced_file(client, alice, fake_jobs, tmp_path):  # type: ignore[no-untyped-def]
+    job = _submit(client, alice).json["id"]
+    report = tmp_path / "report.txt"
+    report.write_text("done")
+    fake_jobs.files[(job, "1-report.txt")] = report
+    r = client.get(f"/api/v1/jobs/{job}/files/1-report.txt", headers=alice.bearer)
+    assert r.status_code == 200 and r.data == b"done" and "attachment" in r.headers["Content-Disposition"]
+    assert client.get(f"/api/v1/jobs/{job}/files/nope", headers=alice.bearer).status_code == 404

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import jsonify
+from flask import jsonify, send_file
 from flask.views import MethodView
 from flask_smorest import Blueprint
 
@@ -137,6 +137,20 @@ class JobEvents(MethodView):
             require_identity().scope, _job_id(job_id), after=args["after"], limit=args["limit"]
         )
         return {"items": items, "next_after": items[-1].sequence if items else args["after"]}
+
+
+@blp.route("/jobs/<job_id>/files/<name>")
+class JobFile(MethodView):
+    @blp.response(
+        200,
+        {"type": "string", "format": "binary"},
+        content_type="application/octet-stream",
+        description="the file (one of the job's `files`)",
+    )
+    def get(self, job_id: str, name: str):
+        """Download one of the files the job produced."""
+        path = services().jobs.output_file(require_identity().scope, _job_id(job_id), name)
+        return send_file(path, mimetype="application/octet-stream", as_attachment=True, download_name=path.name)
 
 
 def run_bulk(action: str, args: dict[str, Any]) -> dict[str, Any]:
