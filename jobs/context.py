@@ -97,6 +97,7 @@ class JobContext:
         self.started_monotonic = time.monotonic()
         self.deadline = self.started_monotonic + job.timeout_s
         self.completed = False
+        self.finishing = False
         self.lost = False
         self.timed_out = False
         self.outputs: list[Path] = []
@@ -237,6 +238,7 @@ class JobContext:
                     now=now,
                     attempt=self.attempt,
                 )
+                self.finishing = True
                 session.commit()
                 self.completed = True
         except BaseException:

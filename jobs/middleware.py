@@ -272,6 +272,7 @@ class JobMiddleware(Middleware):
         """Record the outcome of an attempt: ``ok`` (value), ``cancelled``, ``timeout`` or ``error`` (exc)."""
         if ctx.lost and outcome != "ok":
             return
+        ctx.finishing = True
         try:
             _retrying(f"Recording the outcome of job {ctx.job_id}", lambda: self._finish(ctx, kind, outcome, value))
         except StaleAttempt:
@@ -375,6 +376,8 @@ class JobMiddleware(Middleware):
                 if not store.job_lease_renew_if_current(tx.conn, ctx.job_id, ctx.attempt, ctx.worker_id, expires):
                     lost.append(ctx)
         for ctx in lost:
+            if ctx.finishing or ctx.completed:
+                continue  # its outcome is being (or was just) recorded: not a lost lease
             ctx.lost = True
             logger.warning(
                 "Job %s attempt %d lost its lease (taken over or finished elsewhere); its writes are fenced.",

@@ -25,8 +25,8 @@ BATCH = 500
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_chaos_every_job_completes_exactly_once(tmp_path: Path) -> None:
-    with deployment("sqlite", tmp_path) as d, client(d) as c:
+def test_chaos_every_job_completes_exactly_once(backend: str, tmp_path: Path) -> None:
+    with deployment(backend, tmp_path) as d, client(d) as c:
         d.execute("CREATE TABLE chaos_runs (job_id VARCHAR(32) NOT NULL, attempt INTEGER NOT NULL, n INTEGER)")
         # Given: all jobs submitted (in batches, one transaction each)
         for start in range(0, JOBS, BATCH):
@@ -37,6 +37,7 @@ def test_chaos_every_job_completes_exactly_once(tmp_path: Path) -> None:
                         registry=c.registry, settings=c.settings,
                     )  # fmt: skip
         # When: two workers run them while the first is killed and restarted every few seconds
+        d.start_relay()
         victim = d.start_worker()
         d.start_worker()
         kills = 0

@@ -32,6 +32,8 @@ else:
         url=settings.broker_url,
         namespace=os.environ.get("TENURE_TEST_REDIS_NAMESPACE", "tenure-acceptance"),
         heartbeat_timeout=int(settings.broker_lease_ttl_s * 1000),
+        # a killed worker's prefetched messages come back at the next maintenance: run it often
+        maintenance_chance=100_000,
         dead_message_ttl=60_000,
     )
 dramatiq.set_broker(broker)
