@@ -126,7 +126,22 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
     gunicorn = str(Path(sys.executable).with_name("gunicorn"))
     dep.procs.append(_start([gunicorn, "-c", "gunicorn.conf.py", "webapp:create_app()"], env, tmp / "web.log"))
     dep.procs.append(
-        _start([sys.executable, "-m", "dramatiq", APP, "--processes", "1", "--threads", "4"], env, tmp / "worker.log")
+        _start(
+            [
+                sys.executable,
+                "-m",
+                "dramatiq",
+                APP,
+                "--processes",
+                "1",
+                "--threads",
+                "4",
+                "--worker-shutdown-timeout",
+                "2000",
+            ],
+            env,
+            tmp / "worker.log",
+        )
     )
     deadline = time.monotonic() + 30
     while True:
