@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from dramatiq.broker import Broker
+from dramatiq.errors import ConnectionClosed
 from dramatiq.middleware import Middleware, SkipMessage
 from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError
@@ -65,10 +66,10 @@ def _retrying(what: str, fn: Callable[[], T]) -> T:
     for attempt in range(WRITE_RETRIES):
         try:
             return fn()
-        except OperationalError as e:
+        except (OperationalError, ConnectionClosed) as e:
             if attempt == WRITE_RETRIES - 1:
                 raise
-            logger.warning("%s failed (%s); retrying in %.2fs.", what, e.orig, delay)
+            logger.warning("%s failed (%s); retrying in %.2fs.", what, e, delay)
             time.sleep(delay)
             delay = min(WRITE_RETRY_MAX_S, delay * 2)
     raise AssertionError("unreachable")
@@ -184,17 +185,22 @@ class JobMiddleware(Middleware):
 
     # -- messages --------------------------------------------------------------------------------
     def before_process_message(self, broker: Broker, message: Any) -> None:
+        _local.ctx = None
         job_id = message.options.get(JOB_ID_OPTION)
         if job_id is None:
             return
-        self._start_keeper(broker)
-        kind = self.registry.find(message.actor_name)
-        if kind is None or message.actor_name not in broker.actors:
-            self._fail_unknown(job_id, message.actor_name)
-            raise SkipMessage(f"no handler for kind {message.actor_name}")
         try:
+            self._start_keeper(broker)
+            kind = self.registry.find(message.actor_name)
+            if kind is None or message.actor_name not in broker.actors:
+                _retrying(f"Failing job {job_id}", lambda: self._fail_unknown(job_id, message.actor_name))
+                raise SkipMessage(f"no handler for kind {message.actor_name}")
             ctx = _retrying(f"Claim of job {job_id}", lambda: self._claim(broker, job_id))
-        except OperationalError:
+        except SkipMessage:
+            raise
+        except Exception:
+            # Dramatiq would log this and run the actor anyway; without a claim it must not run.
+            # Failing the message dead-letters it, and a replay is safe (the claim is guarded).
             logger.exception("Could not claim job %s; its message is dead-lettered for replay.", job_id)
             message.fail()
             return
@@ -208,7 +214,7 @@ class JobMiddleware(Middleware):
         job_id = message.options.get(JOB_ID_OPTION)
         if job_id is not None and message.actor_name not in broker.actors:
             try:
-                self._fail_unknown(job_id, message.actor_name)
+                _retrying(f"Failing job {job_id}", lambda: self._fail_unknown(job_id, message.actor_name))
             except Exception:
                 logger.exception("Could not fail job %s of unknown kind %s.", job_id, message.actor_name)
 
@@ -254,18 +260,15 @@ class JobMiddleware(Middleware):
     def _fail_unknown(self, job_id: str, kind: str) -> None:
         error = f"no handler for kind {kind}"
 
-        def write() -> None:
-            with db.write(self.engine) as tx:
-                now = store.now_ms()
-                job = store.job_get(tx.conn, job_id)
-                seq = store.job_fail_queued(tx.conn, job_id, error, now)
-                if seq is not None and job is not None:
-                    events.status_event(
-                        tx, job_id=job_id, owner_id=job.owner_id, sequence=seq, status="failed", now=now, error=error
-                    )
-
         logger.error("Job %s: %s on this worker; the job is failed.", job_id, error)
-        _retrying(f"Failing job {job_id}", write)
+        with db.write(self.engine) as tx:
+            now = store.now_ms()
+            job = store.job_get(tx.conn, job_id)
+            seq = store.job_fail_queued(tx.conn, job_id, error, now)
+            if seq is not None and job is not None:
+                events.status_event(
+                    tx, job_id=job_id, owner_id=job.owner_id, sequence=seq, status="failed", now=now, error=error
+                )
 
     # -- outcomes (called in the actor thread) ---------------------------------------------------
     def finish(self, ctx: JobContext, kind: Kind, outcome: str, value: Any = None) -> None:

@@ -132,3 +132,29 @@ def test_engine_submit_notifies_once_committed(env: JobEnv) -> None:
     finally:
         unsubscribe()
     assert seen == [Notice(job.id, "u1", "status", "queued", 1)]
+
+
+def test_session_submit_with_key_joins_the_callers_transaction(env: JobEnv) -> None:
+    env.declare("noop", noop)
+    with Session(env.engine) as session:
+        session.begin()
+        first = jobs.submit(
+            session, owner_id="u1", kind="noop", idempotency_key="k", registry=env.registry, settings=env.settings
+        )
+        again = jobs.submit(
+            session, owner_id="u1", kind="noop", idempotency_key="k", registry=env.registry, settings=env.settings
+        )
+        assert first.created and not again.created and again.id == first.id
+        with pytest.raises(IdempotencyConflict):
+            jobs.submit(
+                session,
+                owner_id="u1",
+                kind="noop",
+                payload={"other": True},
+                idempotency_key="k",
+                registry=env.registry,
+                settings=env.settings,
+            )
+        session.commit()
+    assert env.sql("SELECT count(*) FROM jobs")[0][0] == 1
+    assert _messages(env) == 1
