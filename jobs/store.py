@@ -588,8 +588,18 @@ def job_workflow_progress(conn: Connection, parent_id: str, fraction: float, now
     )
 
 
-def job_parent_id(conn: Connection, job_id: str) -> str | None:
-    row = conn.execute(_q("SELECT parent_job_id FROM jobs WHERE id = :id"), {"id": job_id}).fetchone()
+def job_workflow_parent_id(conn: Connection, job_id: str) -> str | None:
+    """The id of the running workflow parent of *job_id*, if it is a step of one.
+
+    Children of other parents (a supervisor job that submits its own children) are not steps.
+    """
+    row = conn.execute(
+        _q(
+            "SELECT p.id FROM jobs c JOIN jobs p ON p.id = c.parent_job_id "
+            "WHERE c.id = :id AND p.status = 'running' AND p.worker_id = :worker"
+        ),
+        {"id": job_id, "worker": WORKFLOW_WORKER},
+    ).fetchone()
     return None if row is None else row[0]
 
 

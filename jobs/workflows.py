@@ -198,7 +198,7 @@ def submit_workflow(
 def on_job_finished(tx: db.Tx, job_id: str, status: str) -> None:
     """Move the workflow of step *job_id* on, inside the transaction that gave the step its final status."""
     conn = tx.conn
-    parent_id = store.job_parent_id(conn, job_id)
+    parent_id = store.job_workflow_parent_id(conn, job_id)
     if parent_id is None:
         return
     parent = store.job_get_for_update(conn, parent_id)  # serialises the steps of one workflow
