@@ -189,12 +189,28 @@ def enqueue_n(actor: dramatiq.Actor, n: int) -> float:
     return n / (time.perf_counter() - t0)
 
 
-def drain(cfg: Config, target: Target, processes: int, expected: int, tag: str) -> dict[str, Any]:
-    """Start P × 8 workers against a pre-filled queue; time gate-open → *expected* messages recorded."""
+def drain(
+    cfg: Config,
+    target: Target,
+    processes: int,
+    expected: int,
+    tag: str,
+    *,
+    app: str = "bench.app",
+    extra_env: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """Start P × 8 workers of *app* against a pre-filled queue; time gate-open → *expected* messages recorded."""
     ledger = LedgerReader(str(cfg.workdir / f"ledger-{target.name}-{tag}"))
     ledger.reset()
     workers = Workers(
-        target.url, target.options, ledger.directory, processes, THREADS, str(cfg.workdir / "workers.log")
+        target.url,
+        target.options,
+        ledger.directory,
+        processes,
+        THREADS,
+        str(cfg.workdir / "workers.log"),
+        app=app,
+        extra_env=extra_env,
     )
     try:
         wait_until(lambda: ledger.processes_ready() >= processes, 90, f"{processes} worker processes", workers.check)

@@ -1,4 +1,5 @@
-"""Starting and stopping real ``python -m dramatiq bench.app`` worker processes, and reading their CPU time."""
+"""Starting and stopping real ``python -m dramatiq <app>`` worker processes (``bench.app`` unless told otherwise),
+and reading their CPU time."""
 
 from __future__ import annotations
 
@@ -65,18 +66,21 @@ def alive(pid: int) -> bool:
         return False
 
 
-def _is_our_worker(pid: int) -> bool:
-    """Guard against PID reuse: only a ``dramatiq bench.app`` process is ever killed."""
+def _is_our_worker(pid: int, app: str = "bench.app") -> bool:
+    """Guard against PID reuse: only a ``dramatiq <app>`` process is ever killed."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             argv = f.read().split(b"\0")
     except OSError:
         return False
-    return b"bench.app" in argv
+    return app.encode() in argv
 
 
 class Workers:
-    """``python -m dramatiq bench.app --processes P --threads T`` with the benchmark's broker settings."""
+    """``python -m dramatiq <app> --processes P --threads T`` with the benchmark's broker settings.
+
+    *app* is the worker module (default :mod:`bench.app`); *extra_env* adds variables it reads.
+    """
 
     def __init__(
         self,
@@ -86,6 +90,9 @@ class Workers:
         processes: int,
         threads: int,
         log_path: str,
+        *,
+        app: str = "bench.app",
+        extra_env: dict[str, str] | None = None,
     ) -> None:
         env = dict(os.environ)
         env.update(
@@ -94,10 +101,12 @@ class Workers:
             BENCH_LEDGER_DIR=ledger_dir,
             PYTHONPATH=str(REPO) + os.pathsep + env.get("PYTHONPATH", ""),
         )
+        env.update(extra_env or {})
+        self.app = app
         self.processes = processes
         self._log = open(log_path, "ab")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "dramatiq", "bench.app", "--processes", str(processes), "--threads", str(threads)],
+            [sys.executable, "-m", "dramatiq", app, "--processes", str(processes), "--threads", str(threads)],
             cwd=REPO,
             env=env,
             stdout=self._log,
@@ -133,6 +142,6 @@ class Workers:
         for pid in self._known:
             while alive(pid) and time.monotonic() < deadline:
                 time.sleep(0.05)
-            if alive(pid) and _is_our_worker(pid):
+            if alive(pid) and _is_our_worker(pid, self.app):
                 os.kill(pid, signal.SIGKILL)
         self._log.close()
