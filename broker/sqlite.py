@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import queue
 import signal
 import socket
 import sqlite3
@@ -46,6 +47,8 @@ DEFAULT_DEAD_MESSAGE_TTL_MS = 7 * 24 * 3600 * 1000
 MAX_CLAIM_BATCH = 256
 #: How often expired leases are reclaimed (inside claims and by the keeper), in seconds.
 DEFAULT_REAP_INTERVAL_S = 1.0
+#: A second SIGTERM within this many seconds of the first is the same stop request, not "kill now".
+REPEATED_SIGTERM_WINDOW_S = 2.0
 #: How often ``join`` re-checks the database, in seconds.
 JOIN_POLL_S = 0.005
 
@@ -229,25 +232,34 @@ class SQLiteBroker(Broker):
 
         Dramatiq's CLI notices SIGTERM only in a one-second sleep loop before it stops the Worker;
         other processes would wait that long for the messages this one prefetched. When the process
-        already has a Python SIGTERM handler (the CLI's graceful stop), wrap it: ours only sets an
-        event (signal-safe), a thread releases the unstarted deliveries, and the original handler
-        runs as before. Processes without such a handler are left alone.
+        already has a Python SIGTERM handler (the CLI's graceful stop), wrap it: ours only puts a token
+        on a ``SimpleQueue`` (re-entrant, safe in a signal handler, unlike ``Event.set``), a thread
+        releases the unstarted deliveries, and the original handler runs as before. A repeat within
+        :data:`REPEATED_SIGTERM_WINDOW_S` is dropped: a signal sent to the whole process group (honcho,
+        ``kill -- -PGID``) reaches a worker twice — directly and forwarded by Dramatiq's main process —
+        and Dramatiq would take the second one as "kill now". Processes without a handler are left alone.
         """
         if threading.current_thread() is not threading.main_thread():
             return
         previous = signal.getsignal(signal.SIGTERM)
         if not callable(previous) or getattr(previous, "_tenure_wrapped", False):
             return
-        terminating = threading.Event()
+        tokens: queue.SimpleQueue[float] = queue.SimpleQueue()
+        first: list[float] = []
 
         def release_when_terminating() -> None:
-            terminating.wait()
+            tokens.get()
             self._release_unstarted()
 
         threading.Thread(target=release_when_terminating, name="tenure-broker-sigterm", daemon=True).start()
 
         def on_sigterm(signum: int, frame: Any) -> Any:
-            terminating.set()
+            now = time.monotonic()
+            if first and now - first[0] < REPEATED_SIGTERM_WINDOW_S:
+                return None
+            if not first:
+                first.append(now)
+                tokens.put(now)
             return previous(signum, frame)
 
         on_sigterm._tenure_wrapped = True  # type: ignore[attr-defined]

@@ -25,4 +25,4 @@ esac
 echo
 echo "Tenure is starting: open http://127.0.0.1:${PORT}/  (log in as admin; metrics at /metrics)"
 echo
-exec honcho -f "$procfile" start -p "$PORT"
+exec honcho -f "$procfile" start -p "$PORT" "$@"
