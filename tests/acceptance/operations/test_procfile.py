@@ -122,6 +122,16 @@ def test_make_run_serves_a_job_over_http_and_sigterm_stops_everything_cleanly(
             started = wait_for("every process type to start", lambda: _started(honcho.output(), name), 60, procs)
             groups = list(started.values())
             wait_for("the web process to answer", lambda: _live(port), 60, procs, poll_s=0.2)
+            # Every dramatiq process (2 worker + 1 asr) has booted: a stop that lands in the middle of a
+            # slow start-up (the ASR stack imports for seconds on a loaded machine) is a different case,
+            # covered by test_stop.py, and may legitimately outlast honcho's fixed 5 s before SIGKILL.
+            wait_for(
+                "every worker process to be ready",
+                lambda: honcho.output().count("Worker process is ready for action") >= 3,
+                120,
+                procs,
+                poll_s=0.2,
+            )
             http = Http(port, "admin", password)
 
             # When a job is submitted over HTTP
