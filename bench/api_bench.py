@@ -249,7 +249,11 @@ def main(argv: list[str] | None = None) -> int:
         "command": " ".join([".venv/bin/python -m bench.api_bench", *(argv if argv is not None else sys.argv[1:])]),
         "started": started.isoformat(timespec="seconds"),
         "config": {k: getattr(args, k) for k in ("rate", "seconds", "clients", "jobs", "auth")},
-        "machine": {"cores": os.cpu_count(), "git_head": _git("rev-parse", "HEAD")},
+        "machine": {
+            "cores": os.cpu_count(),
+            "git_head": _git("rev-parse", "HEAD"),
+            "git_dirty": _git("status", "--porcelain", "broker", "jobs", "webapp"),
+        },
     }
     server: Gunicorn | None = None
     try:

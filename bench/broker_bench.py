@@ -214,8 +214,12 @@ def drain(
     )
     try:
         wait_until(lambda: ledger.processes_ready() >= processes, 90, f"{processes} worker processes", workers.check)
+        pids = workers.worker_pids()
+        cpu0 = {p: cpu_ns(p) for p in pids}
         t0 = ledger.open_gate()
         wait_until(lambda: ledger.total() >= expected, max(120, expected / 100), f"{expected} messages", workers.check)
+        cpu1 = {p: cpu_ns(p) for p in pids}
+        wall = time.time() - t0
         tallies = ledger.tallies()
     finally:
         workers.stop()
@@ -226,6 +230,8 @@ def drain(
         "seconds": elapsed,
         "processed": sum(t.count for t in tallies),
         "per_process": [t.count for t in tallies],
+        # CPU of each worker process (all threads) from gate-open until completion was seen, % of one core
+        "worker_cpu_pct": [100.0 * (cpu1[p] - cpu0[p]) / 1e9 / wall for p in pids],
     }
 
 

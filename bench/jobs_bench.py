@@ -133,9 +133,14 @@ def run_round(cfg: Config, url: str, processes: int, index: int) -> dict[str, An
     log(
         f"round {index} {tag}: raw enqueue {res['raw_enqueue_per_s']:,.0f}/s drain {res['raw_drain_per_s']:,.0f}/s; "
         f"submit {res['submit_per_s']:,.0f}/s jobs {res['jobs_per_s']:,.0f}/s; ratio {res['ratio']:.2f}; "
+        f"worker CPU % raw {_cpu(d)} jobs {_cpu(j)}; "
         f"check {'ok' if res['check_ok'] else 'FAILED ' + json.dumps(counts)}; load {res['load_after']}"
     )
     return res
+
+
+def _cpu(drained: dict[str, Any]) -> str:
+    return "/".join(f"{v:.0f}" for v in drained.get("worker_cpu_pct", []))
 
 
 def summarize(rounds: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
@@ -199,7 +204,12 @@ def main(argv: list[str] | None = None) -> int:
         "command": " ".join([".venv/bin/python -m bench.jobs_bench", *(argv if argv is not None else sys.argv[1:])]),
         "started": started.isoformat(timespec="seconds"),
         "config": {"n": n, "rounds": rounds, "shapes": shapes, "threads": THREADS, "workdir_fs": _fs_type(workdir)},
-        "machine": {"cores": os.cpu_count(), "sqlite": sqlite3.sqlite_version, "git_head": _git("rev-parse", "HEAD")},
+        "machine": {
+            "cores": os.cpu_count(),
+            "sqlite": sqlite3.sqlite_version,
+            "git_head": _git("rev-parse", "HEAD"),
+            "git_dirty": _git("status", "--porcelain", "broker", "jobs"),
+        },
         "load_start": loadavg(),
         "rounds": [],
     }
