@@ -133,7 +133,7 @@ class MessageStore:
         would otherwise add milliseconds of latency to each other.
         """
         conn = self.conn()
-        with _process_write_lock(self.target.path), translate_errors():
+        with process_write_lock(self.target.path), translate_errors():
             conn.execute("BEGIN IMMEDIATE")
             try:
                 yield conn
@@ -145,7 +145,7 @@ class MessageStore:
     def insert_autocommit(self, **row: object) -> int:
         """One INSERT as its own transaction: a single statement needs no BEGIN/COMMIT round trips."""
         conn = self.conn()
-        with _process_write_lock(self.target.path), translate_errors():
+        with process_write_lock(self.target.path), translate_errors():
             return self.message_insert(conn, **row)  # type: ignore[arg-type]
 
     @contextmanager
@@ -564,7 +564,7 @@ _write_locks: dict[str, threading.RLock] = {}
 _write_locks_guard = threading.Lock()
 
 
-def _process_write_lock(path: str) -> threading.RLock:
+def process_write_lock(path: str) -> threading.RLock:
     """One lock per database file per process (re-entrant: nested helpers may write)."""
     key = os.path.realpath(path)
     lock = _write_locks.get(key)

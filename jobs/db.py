@@ -14,7 +14,6 @@ where a decision depends on a row that a concurrent transaction might change.
 from __future__ import annotations
 
 import os
-import threading
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,6 +22,8 @@ from typing import Any
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
+
+from broker.store import process_write_lock
 
 from .notify import NoticeBuffer, SessionNotices
 from .settings import DEFAULT_SQLITE_BUSY_TIMEOUT_MS
@@ -122,8 +123,6 @@ class _NoLock:
 
 _NO_LOCK = _NoLock()
 _unserialized: weakref.WeakSet[Engine] = weakref.WeakSet()
-_write_locks: dict[str, threading.RLock] = {}
-_write_locks_guard = threading.Lock()
 
 
 def writer_lock(engine: Engine) -> Any:
@@ -135,13 +134,11 @@ def writer_lock(engine: Engine) -> Any:
     For other databases this is a no-op context manager.
     """
     path = engine.url.database if engine.dialect.name == "sqlite" else None
-    if not path or engine in _unserialized:
+    if not path or path == ":memory:" or engine in _unserialized:
         return _NO_LOCK
-    lock = _write_locks.get(path)
-    if lock is None:
-        with _write_locks_guard:
-            lock = _write_locks.setdefault(path, threading.RLock())
-    return lock
+    # The broker's own lock for this file: job and broker writes of one process (claims, acks,
+    # job transitions) then hand SQLite's write lock over without its sleeping busy handler.
+    return process_write_lock(path)
 
 
 @contextmanager
