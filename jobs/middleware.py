@@ -55,6 +55,22 @@ TIMED_OUT = "Job timed out."
 _local = threading.local()
 
 
+#: Structured lifecycle lines (no payloads, no results, no secrets): monitoring formats them and turns
+#: them into metrics; the job layer cannot import monitoring, so it speaks plain logging.
+lifecycle_logger = logging.getLogger("tenure.lifecycle")
+
+
+def lifecycle(
+    event: str, job_id: str, kind: str, attempt: int, *, outcome: str | None = None, duration_s: float | None = None
+) -> None:
+    fields: dict[str, Any] = {"event": event, "job_id": job_id, "kind": kind, "attempt": attempt}
+    if outcome is not None:
+        fields["outcome"] = outcome
+    if duration_s is not None:
+        fields["duration_s"] = round(duration_s, 6)
+    lifecycle_logger.info("%s job=%s kind=%s attempt=%d", event, job_id, kind, attempt, extra={"tenure": fields})
+
+
 def current_job() -> JobContext | None:
     """The JobContext of the job running in this thread, if any."""
     return getattr(_local, "ctx", None)
@@ -255,6 +271,8 @@ class JobMiddleware(Middleware):
             engine=self.engine, broker=broker, job=job, worker_id=self.worker_id, lease_ttl_ms=self.lease_ttl_ms
         )
         ctx._kind = self.registry.find(job.kind)  # type: ignore[attr-defined]
+        ctx._started_monotonic = time.monotonic()  # type: ignore[attr-defined]
+        lifecycle("job.started", ctx.job_id, job.kind, ctx.attempt)
         return ctx
 
     def _fail_unknown(self, job_id: str, kind: str) -> None:
@@ -278,8 +296,14 @@ class JobMiddleware(Middleware):
         ctx.finishing = True
         try:
             _retrying(f"Recording the outcome of job {ctx.job_id}", lambda: self._finish(ctx, kind, outcome, value))
+            status = getattr(ctx, "_final_status", None)
+            if status is not None:
+                started = getattr(ctx, "_started_monotonic", None)
+                duration = None if started is None else time.monotonic() - started
+                event = {"succeeded": "job.completed", "retrying": "job.retrying"}.get(status, f"job.{status}")
+                lifecycle(event, ctx.job_id, kind.name, ctx.attempt, outcome=status, duration_s=duration)
         except StaleAttempt:
-            pass
+            lifecycle("job.stale_write", ctx.job_id, kind.name, ctx.attempt, outcome="stale")
         except Exception:
             logger.exception(
                 "Could not record the outcome of job %s attempt %d; recovery will handle it when its lease expires.",
@@ -310,6 +334,7 @@ class JobMiddleware(Middleware):
                         attempt=ctx.attempt,
                     )
                     ctx.completed = True
+                    ctx._final_status = "succeeded"  # type: ignore[attr-defined]
                     return
                 # Not completed: either superseded (stale) or a cancel request committed first.
                 outcome = "cancelled"
@@ -353,6 +378,7 @@ class JobMiddleware(Middleware):
                             delay_ms=int(delay_s * 1000),
                             now=now,
                         )
+                        ctx._final_status = "retrying"  # type: ignore[attr-defined]
                         return
                 status = "failed"
             seq = store.job_finish_if_current(conn, ctx.job_id, ctx.attempt, ctx.worker_id, status, error, now)
@@ -364,6 +390,7 @@ class JobMiddleware(Middleware):
             events.status_event(
                 tx, job_id=ctx.job_id, owner_id=ctx.owner_id, sequence=seq, status=status, now=now, **data
             )
+            ctx._final_status = status  # type: ignore[attr-defined]
 
     # -- keeper work -------------------------------------------------------------------------------
     def renew_leases(self) -> None:

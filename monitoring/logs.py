@@ -43,6 +43,7 @@ EVENTS = {
     "job.started": "an attempt started running",
     "job.completed": "an attempt succeeded (outcome=succeeded)",
     "job.failed": "an attempt failed (outcome=failed; retrying=true when another attempt follows)",
+    "job.retrying": "an attempt failed and the job was queued for another attempt (outcome=retrying)",
     "job.cancelled": "the job was cancelled (outcome=cancelled)",
     "job.interrupted": "a lease expired on an unsafe actor; parked for review (outcome=interrupted)",
     "job.stale_write": "a write from a stale attempt was rejected",
