@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from sqlalchemy import Engine
 
@@ -77,6 +79,82 @@ def job_events(
             raise JobNotFound()
         events = store.event_list_after(conn, job_id, after, max(1, min(limit, MAX_LIMIT)))
     return [JobEventRecord.from_row(e) for e in events]
+
+
+@dataclass(frozen=True)
+class JobChange:
+    """One entry of the global change feed: which job, which of its events, and the job's state.
+
+    ``id`` is global and increases in commit order (a cursor any process can resume from);
+    ``sequence``/``type`` name the job's event; ``status`` is the status the event recorded (for
+    ``status`` events) or the job's current one; ``progress``/``progress_message`` are the job's
+    current values. Never the payload, event data, paths or worker internals.
+    """
+
+    id: int
+    job_id: str
+    owner_id: str
+    sequence: int
+    type: str
+    status: str
+    progress: float | None
+    progress_message: str | None
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class ChangePage:
+    """What :func:`changes_after` returns (unpacks as ``items, oldest_retained_id, head_id``)."""
+
+    items: list[JobChange]
+    #: The oldest id still stored (0: none). A cursor below ``oldest_retained_id - 1`` lost events.
+    oldest_retained_id: int
+    #: The newest id when read (0: none); when fewer than *limit* items came back, every id up to it
+    #: was examined, so a caller may advance its cursor there (past other owners' changes).
+    head_id: int
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter((self.items, self.oldest_retained_id, self.head_id))
+
+
+def changes_after(
+    engine: Engine, after_id: int, *, owner_id: str | None = None, is_admin: bool = False, limit: int = 100
+) -> ChangePage:
+    """The global, commit-ordered change feed: events with id ``> after_id`` the caller may see.
+
+    Admins (``is_admin``) see every job's changes; others only *owner_id*'s. Oldest first, at most
+    *limit* (capped at :data:`MAX_LIMIT`).
+
+    Raises:
+      NotImplementedError: The database is not SQLite.
+    """
+    if not is_admin and owner_id is None:
+        raise ValueError("owner_id is required unless is_admin")
+    with db.read(engine) as conn:
+        rows, oldest, newest = store.event_changes_after(
+            conn, max(0, after_id), None if is_admin else owner_id, max(1, min(limit, MAX_LIMIT))
+        )
+    return ChangePage([_change(r) for r in rows], oldest, newest)
+
+
+def _change(r: store.ChangeRow) -> JobChange:
+    status = r.status
+    if r.type == "status":
+        try:
+            status = str(json.loads(r.data).get("status") or status)
+        except (ValueError, AttributeError):
+            pass
+    return JobChange(
+        id=r.id,
+        job_id=r.job_id,
+        owner_id=r.owner_id,
+        sequence=r.sequence,
+        type=r.type,
+        status=status,
+        progress=r.progress,
+        progress_message=r.progress_message,
+        created_at=datetime.fromtimestamp(r.created_at / 1000, tz=UTC),
+    )
 
 
 def _ms(dt: datetime) -> int:

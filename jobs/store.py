@@ -448,6 +448,52 @@ def event_list_after(conn: Connection, job_id: str, after: int, limit: int) -> l
     return [EventRow(*r) for r in rows]
 
 
+@dataclass(frozen=True)
+class ChangeRow:
+    """One row of the global change feed: an event with its global id and its job's current state."""
+
+    id: int
+    job_id: str
+    owner_id: str
+    sequence: int
+    type: str
+    data: str
+    status: str
+    progress: float | None
+    progress_message: str | None
+    created_at: int
+
+
+def event_changes_after(
+    conn: Connection, after_id: int, owner_id: str | None, limit: int
+) -> tuple[list[ChangeRow], int, int]:
+    """Events with a global id ``> after_id`` (oldest first), plus the oldest and newest ids retained.
+
+    The global id is SQLite's ``rowid`` of ``job_events``: SQLite runs one write transaction at a
+    time and allocates rowids inside it, so ids grow in commit order and a reader's snapshot always
+    holds a prefix of them (no later-committing smaller id can appear behind a cursor). Rows are
+    never deleted (jobs are not purged), so a rowid is never reused. Rows are read up to the newest id
+    of the same snapshot, so ``newest`` is a safe position to resume from when fewer than *limit*
+    rows come back. Returns ``(rows, oldest_id, newest_id)``; both ids are 0 when there are no events.
+
+    Raises:
+      NotImplementedError: On PostgreSQL (no commit-ordered id without a migration; see docs/api.md).
+    """
+    if conn.dialect.name != "sqlite":
+        raise NotImplementedError("the global change feed needs SQLite (rowid order is commit order)")
+    oldest, newest = conn.execute(_q("SELECT coalesce(min(rowid), 0), coalesce(max(rowid), 0) FROM job_events")).one()
+    owner_filter = " AND j.owner_id = :owner" if owner_id is not None else ""
+    rows = conn.execute(
+        _q(
+            "SELECT e.rowid, e.job_id, j.owner_id, e.sequence, e.type, e.data, j.status, j.progress, "
+            "j.progress_message, e.created_at FROM job_events e JOIN jobs j ON j.id = e.job_id "
+            f"WHERE e.rowid > :after AND e.rowid <= :newest{owner_filter} ORDER BY e.rowid LIMIT :limit"
+        ),
+        {"after": after_id, "newest": newest, "owner": owner_id, "limit": limit},
+    ).fetchall()
+    return [ChangeRow(*r) for r in rows], int(oldest), int(newest)
+
+
 # -- idempotency -------------------------------------------------------------------------------------
 def idempotency_get(conn: Connection, owner_id: str, kind: str, key: str) -> tuple[str, str] | None:
     """``(request_digest, job_id)`` recorded for this owner's key, if any."""

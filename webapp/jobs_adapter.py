@@ -7,8 +7,12 @@ needs yet, the adapter composes the existing ones and says so:
   applied to pages of ``jobs.list_jobs`` (newest first), scanning at most :data:`MAX_SCAN_ROWS` rows
   per request; a page may come back short with a ``next_cursor`` to continue the scan;
 - counts (bulk dry-run) scan the same way, up to :data:`MAX_COUNT_ROWS`;
-- the live feed's notices come from :class:`ChangeDetector`, a per-process poller over the active
-  jobs (the job layer's own notices are in-process only, raised in the worker processes).
+- the live feed's notices come from the job layer's global, commit-ordered change feed
+  (``jobs.queries.changes_after``: one id per job event, the same in every process), so a cursor
+  minted by one web process resumes in any other. Progress updates write no event: they come from
+  :class:`ChangeDetector`, a per-process poller over the running jobs, as best-effort notices that
+  carry the current cursor (never replayed; the job's state is re-read anyway). On a database
+  without the change feed (PostgreSQL) the detector provides every notice, with per-process cursors.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import jobs as joblayer
+from jobs.queries import changes_after
 from jobs.registry import Registry
 from jobs.registry import registry as default_registry
 
@@ -80,7 +85,9 @@ class JobLayerGateway:
         self.broker = broker
         self.settings = settings
         self.registry = registry or default_registry
-        self.detector = ChangeDetector(self)
+        #: The job layer's global change feed is available (SQLite); otherwise the detector does it all.
+        self.global_feed = getattr(getattr(engine, "dialect", None), "name", "") == "sqlite"
+        self.detector = ChangeDetector(self, progress_only=self.global_feed)
 
     # -- kinds ---------------------------------------------------------------------------------
     def kinds(self) -> list[KindInfo]:
@@ -296,10 +303,41 @@ class JobLayerGateway:
 
     # -- live feed -----------------------------------------------------------------------------
     def notices(self, scope, *, after, limit):  # type: ignore[no-untyped-def]
-        return self.detector.notices(scope, after=after, limit=limit)
+        if not self.global_feed:
+            return self.detector.notices(scope, after=after, limit=limit)
+        items, oldest, head = changes_after(self.engine, after, owner_id=scope, is_admin=scope is None, limit=limit)
+        if oldest and after < oldest - 1:
+            raise CursorExpired(head)
+        notices = [
+            Notice(
+                c.id,
+                c.job_id,
+                c.owner_id,
+                "status" if c.type == "status" else "event",
+                c.status,
+                c.progress,
+                c.progress_message,
+                c.created_at,
+            )
+            for c in items
+        ]
+        scanned = items[-1].id if len(items) >= limit else max(after, head)
+        return notices, scanned
 
     def head(self) -> int:
-        return self.detector.head()
+        if not self.global_feed:
+            return self.detector.head()
+        return changes_after(self.engine, 2**62, is_admin=True, limit=1).head_id
+
+    def progress_notices(self, scope: str | None, *, after: int | None) -> tuple[list[Notice], int]:
+        """Best-effort progress notices of running jobs after a per-process position.
+
+        *after* ``None`` starts at the current position. Returns (notices, new position). Empty when the
+        detector already provides every notice (no global change feed).
+        """
+        if not self.global_feed:
+            return [], 0
+        return self.detector.local_notices(scope, after=after)
 
     # -- activity ------------------------------------------------------------------------------
     def activity(self, scope, *, since, bucket_s):  # type: ignore[no-untyped-def]
@@ -491,18 +529,23 @@ class ChangeDetector:
     per-process prefix: a cursor minted by another process (another gunicorn worker, a restart) is
     recognised as foreign and answered with a resync instead of a wrong resume.
 
-    Limits (until the job layer offers a global, commit-ordered event query): only the newest
-    :data:`ACTIVE_LIMIT` queued and running jobs are tracked; changes are seen with up to one poll
-    interval of delay; the history kept is the last :data:`RETAIN` notices of this process.
+    With ``progress_only`` (the job layer's change feed carries every status and event notice) it
+    tracks the running jobs only and raises just their progress changes. Otherwise (no change feed:
+    PostgreSQL) only the newest :data:`ACTIVE_LIMIT` queued and running jobs are tracked; changes are
+    seen with up to one poll interval of delay; the history kept is the last :data:`RETAIN` notices
+    of this process.
     """
 
     ACTIVE_LIMIT = 500
     RECENT_LIMIT = 100
     RETAIN = 5_000
 
-    def __init__(self, gateway: JobLayerGateway, poll_s: float = 0.5) -> None:
+    def __init__(self, gateway: JobLayerGateway, poll_s: float = 0.5, *, progress_only: bool = False) -> None:
         self.gateway = gateway
         self.poll_s = poll_s
+        #: Track only running jobs and raise only progress notices (status changes come from the
+        #: job layer's change feed).
+        self.progress_only = progress_only
         self.prefix = random.randrange(1, 9_000_000)
         self._counter = itertools.count(1)
         self._ring: deque[Notice] = deque(maxlen=self.RETAIN)
@@ -553,6 +596,9 @@ class ChangeDetector:
     def _poll(self) -> None:
         g = self.gateway
         current: dict[str, Any] = {}
+        if self.progress_only:
+            self._poll_progress()
+            return
         for status in ("queued", "running"):
             for r in joblayer.list_jobs(g.engine, owner_id="", is_admin=True, status=status, limit=self.ACTIVE_LIMIT):
                 current[r.id] = r
@@ -589,6 +635,42 @@ class ChangeDetector:
                     )
                 )
         self._seen = new_seen
+
+    def _poll_progress(self) -> None:
+        g = self.gateway
+        running = joblayer.list_jobs(g.engine, owner_id="", is_admin=True, status="running", limit=self.ACTIVE_LIMIT)
+        first = not self._primed.is_set()
+        new_seen: dict[str, tuple] = {}
+        for r in running:
+            state = (r.attempt, r.progress, r.progress_message)
+            new_seen[r.id] = state
+            before = self._seen.get(r.id)
+            if first or before is None or before == state or before[0] != state[0]:
+                continue  # a new attempt starts with a status event, which the change feed carries
+            with self._lock:
+                self._ring.append(
+                    Notice(
+                        self._base() + next(self._counter),
+                        r.id,
+                        r.owner_id,
+                        "progress",
+                        "running",
+                        r.progress,
+                        r.progress_message,
+                        datetime.now(UTC),
+                    )
+                )
+        self._seen = new_seen
+
+    def local_notices(self, scope: str | None, *, after: int | None) -> tuple[list[Notice], int]:
+        """Notices after a position of this process (``None``: from now), skipping lost ones silently."""
+        self._start()
+        with self._lock:
+            head = self._ring[-1].id if self._ring else self._base()
+            if after is None or after // 10**9 != self.prefix:
+                return [], head
+            newer = [n for n in self._ring if n.id > after]
+        return [n for n in newer if scope is None or n.owner_id == scope], head
 
     def head(self) -> int:
         self._start()

@@ -10,6 +10,8 @@ Both transports serve the same stream (docs/api.md, "Live feed"):
   snapshot and carries on from the given cursor.
 - Resume: ``?cursor=N`` (WebSocket or SSE) or ``Last-Event-ID: N`` (SSE) continues after N; nothing
   in between is lost. The cursor in heartbeats advances past notices the caller may not see.
+  Cursors are the job layer's global change ids, valid in every web process. Progress notices
+  (progress writes no event) are best-effort: they carry the current cursor and are not replayed.
 - Everything is decided BEFORE the upgrade, as plain HTTP: 401 without valid credentials, 403 for a
   cookie session from a foreign ``Origin`` (CSRF tokens do not cover WebSocket handshakes), 429 with
   ``Retry-After`` when the process (``LIVE_MAX_CONNECTIONS``) or the identity
@@ -45,8 +47,11 @@ class Feed:
     cursor: int | None
     max_backlog: int
     pending: list[dict[str, Any]] = field(default_factory=list)
+    #: Position in the gateway's best-effort progress notices (per process; never sent to the client).
+    progress_pos: int | None = None
 
     def start(self) -> list[dict[str, Any]]:
+        _, self.progress_pos = self._progress(None)
         head = self.gateway.head()
         requested = self.cursor
         if requested is None or requested > head:
@@ -69,20 +74,31 @@ class Feed:
             head = self.gateway.head()
             self.cursor = head
             return [self._resync("behind", head)]
-        messages = [
-            {
-                "type": "notice",
-                "id": n.id,
-                "job_id": n.job_id,
-                "kind": n.type,
-                "status": n.status,
-                "progress": n.progress,
-                "message": n.message,
-            }
-            for n in notices
-        ]
+        messages = [self._notice(n, n.id) for n in notices]
         self.cursor = max(self.cursor, scanned)
+        # Progress writes no event: these notices are best-effort and carry the current cursor, so a
+        # client that records their id resumes exactly where the durable stream stands.
+        progress, self.progress_pos = self._progress(self.progress_pos)
+        messages.extend(self._notice(n, self.cursor) for n in progress)
         return messages
+
+    def _progress(self, after: int | None) -> tuple[list[Any], int | None]:
+        source = getattr(self.gateway, "progress_notices", None)
+        if source is None:
+            return [], None
+        return source(self.scope, after=after)
+
+    @staticmethod
+    def _notice(n: Any, ident: int) -> dict[str, Any]:
+        return {
+            "type": "notice",
+            "id": ident,
+            "job_id": n.job_id,
+            "kind": n.type,
+            "status": n.status,
+            "progress": n.progress,
+            "message": n.message,
+        }
 
     def heartbeat(self) -> dict[str, Any]:
         return {"type": "heartbeat", "cursor": self.cursor}

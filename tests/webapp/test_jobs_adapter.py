@@ -12,7 +12,7 @@ from jobs import JobContext, Settings, schema
 from jobs.db import make_engine
 from jobs.registry import Registry
 from webapp.errors import Conflict, Invalid, JobNotFoundError, NotFound
-from webapp.gateway import CursorExpired, JobQuery
+from webapp.gateway import JobQuery
 from webapp.jobs_adapter import JobLayerGateway, _check_payload, _field_type
 
 
@@ -155,22 +155,28 @@ def test_list_filters_pagination_and_count(gateway) -> None:  # type: ignore[no-
         gateway.list_jobs("1", JobQuery(), cursor="garbage", limit=10)
 
 
-def test_change_detector_notices(gateway) -> None:  # type: ignore[no-untyped-def]
-    detector = gateway.detector
-    head = gateway.head()  # starts the poller (first poll = baseline, no notices)
+def test_global_change_feed_notices(gateway) -> None:  # type: ignore[no-untyped-def]
+    head = gateway.head()
     mine, _ = _submit(gateway, owner="1")
     theirs, _ = _submit(gateway, owner="2")
-    detector.poll_once()
     notices, scanned = gateway.notices("1", after=head, limit=10)
-    assert [(n.job_id, n.status) for n in notices] == [(mine.id, "queued")] and scanned == head + 2
+    assert [(n.job_id, n.status, n.type) for n in notices] == [(mine.id, "queued", "status")]
+    assert scanned == head + 2 == gateway.head()  # past bob's change too
     everything, _ = gateway.notices(None, after=head, limit=10)
-    assert {n.job_id for n in everything} == {mine.id, theirs.id}
+    assert [n.job_id for n in everything] == [mine.id, theirs.id]
     gateway.cancel("1", mine.id, by="1")
-    detector.poll_once()
     later, _ = gateway.notices("1", after=scanned, limit=10)
     assert [(n.job_id, n.status) for n in later] == [(mine.id, "cancelled")]
-    with pytest.raises(CursorExpired):
-        gateway.notices("1", after=12345, limit=10)  # minted by another process
+    # The change feed is the job layer's: a second gateway (another process) resumes the same cursor.
+    other = JobLayerGateway(engine=gateway.engine, broker=gateway.broker, settings=gateway.settings)
+    assert other.notices("1", after=scanned, limit=10)[0] == later
+    limited, position = gateway.notices(None, after=head, limit=1)
+    assert len(limited) == 1 and position == limited[0].id
+    from jobs.queries import changes_after
+
+    items, oldest, newest = changes_after(gateway.engine, 0, owner_id="1", limit=10)
+    assert oldest == 1 and newest == gateway.head() and {c.job_id for c in items} == {mine.id}
+    assert not hasattr(items[0], "data") and not hasattr(items[0], "payload")
 
 
 def test_output_files(gateway, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

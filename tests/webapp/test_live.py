@@ -174,3 +174,74 @@ def test_heartbeat_and_sse_resume(app, server, fake_jobs, alice):  # type: ignor
         with _ws(server, alice.bearer, "?cursor=abc"):
             pass
     assert refused.value.response.status_code == 422
+
+
+def _serve(app):  # type: ignore[no-untyped-def]
+    srv = make_server("127.0.0.1", 0, app, threaded=True)
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    return srv, thread
+
+
+def test_cursor_resumes_on_another_app_instance(tmp_path, app_config, alice, bob):  # type: ignore[no-untyped-def]
+    """Two web processes (two apps, two servers) on one database: a cursor from one resumes on the other."""
+    from broker import SQLiteBroker
+    from jobs import JobContext, Settings, schema
+    from jobs.db import make_engine
+    from jobs.registry import Registry
+    from webapp import create_app
+    from webapp.jobs_adapter import JobLayerGateway
+
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    schema.upgrade(url)
+    broker = SQLiteBroker(url, middleware=[])
+    registry = Registry()
+
+    @registry.kind("echo", broker=broker)
+    def echo(ctx: JobContext, *, text: str) -> dict:
+        """Echo."""
+        return {"text": text}
+
+    settings = Settings(database_url=url, broker_url=url, output_root=str(tmp_path / "out"))
+    engines = [make_engine(url), make_engine(url)]
+    gateways = [JobLayerGateway(engine=e, broker=broker, settings=settings, registry=registry) for e in engines]
+    servers = [_serve(create_app({**app_config, "TENURE_JOBS": gw})) for gw in gateways]
+    first, second = (f"127.0.0.1:{srv.server_port}" for srv, _ in servers)
+
+    def submit(person, text):  # type: ignore[no-untyped-def]
+        return (
+            gateways[0]
+            .submit(
+                owner_id=person.user.owner_id,
+                kind="echo",
+                payload={"text": text},
+                idempotency_key=None,
+                priority=0,
+                delay_s=0,
+            )[0]
+            .id
+        )
+
+    try:
+        with _ws(first, alice.bearer) as ws:
+            _next(ws, "hello")
+            early = [submit(alice, "a0"), submit(bob, "b0"), submit(alice, "a1")]
+            got = [_next(ws) for _ in range(2)]
+        assert [m["job_id"] for m in got] == [early[0], early[2]]
+        cursor = got[-1]["id"]
+        # While disconnected, through the OTHER process: new jobs (alice's and bob's) and a cancel.
+        later = [submit(alice, "a2"), submit(bob, "b1")]
+        gateways[1].cancel(alice.user.owner_id, early[0], by=alice.user.owner_id)
+        with _ws(second, alice.bearer, f"?cursor={cursor}") as ws:
+            assert _next(ws, "hello")["cursor"] == cursor
+            resumed = [_next(ws) for _ in range(2)]
+        assert all(m["type"] == "notice" for m in resumed)  # no resync
+        assert [(m["job_id"], m["status"]) for m in resumed] == [(later[0], "queued"), (early[0], "cancelled")]
+        assert resumed[0]["id"] > cursor and resumed[1]["id"] > resumed[0]["id"]
+    finally:
+        for srv, thread in servers:
+            srv.shutdown()
+            thread.join(5)
+        broker.close()
+        for engine in engines:
+            engine.dispose()
