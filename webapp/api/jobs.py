@@ -4,15 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import jsonify, send_file
+from flask import current_app, jsonify, request, send_file
 from flask.views import MethodView
 from flask_smorest import Blueprint
+from werkzeug.datastructures import FileStorage
 
 from ..auth import api_guard, require_identity
 from ..bulk import bulk_apply
 from ..errors import Forbidden, JobNotFoundError
 from ..gateway import JobQuery
 from ..services import services
+from ..uploads import DEFAULT_UPLOAD_MAX_BYTES, PayloadTooLarge
+from ..uploads import store as store_upload
 from .schemas import (
     ID_MAX,
     BulkResultSchema,
@@ -26,6 +29,8 @@ from .schemas import (
     JobSchema,
     KindSchema,
     SubmitSchema,
+    UploadFilesSchema,
+    UploadSchema,
 )
 
 blp = Blueprint("jobs_api", __name__, url_prefix="/api/v1", description="Jobs: submit, watch, cancel, retry")
@@ -182,3 +187,27 @@ class BulkRetry(MethodView):
     def post(self, args):
         """Retry every matching failed/cancelled/interrupted job (``dry_run`` only counts)."""
         return run_bulk("retry", args)
+
+
+@blp.route("/uploads")
+class Uploads(MethodView):
+    @blp.arguments(UploadFilesSchema, location="files")
+    @blp.response(201, UploadSchema, description="stored; submit import_recording with the returned payload")
+    @blp.alt_response(413, schema=None, description="the upload exceeds UPLOAD_MAX_BYTES")
+    def post(self, args):
+        """Upload a recording's files (multipart ``files``: .flv/.mp4 segments and .xml danmaku).
+
+        Every file is validated (name, extension, size, format signature) before anything is written.
+        """
+        identity = require_identity()
+        limit = int(current_app.config.get("UPLOAD_MAX_BYTES", DEFAULT_UPLOAD_MAX_BYTES))
+        if request.content_length is not None and request.content_length > limit + 1024 * 1024:
+            raise PayloadTooLarge(f"The upload exceeds {limit} bytes.")
+        parts = [f for f in args.get("files") or [] if isinstance(f, FileStorage)]
+        upload = store_upload(services().output_root, identity.user.owner_id, parts, limit)
+        return {
+            "upload_id": upload.id,
+            "folder": str(upload.folder),
+            "files": [str(f) for f in upload.files],
+            "payload": {"folder": str(upload.folder)},
+        }

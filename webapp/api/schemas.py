@@ -275,3 +275,22 @@ class ComponentSchema(ma.Schema):
 class HealthSchema(ma.Schema):
     status = fields.String(required=True, validate=validate.OneOf(("ok", "fail")))
     components = fields.Dict(keys=fields.String(), values=fields.Nested(ComponentSchema))
+
+
+class UploadFilesSchema(ma.Schema):
+    """``multipart/form-data``: one or more ``files`` parts (the recording's .flv/.mp4/.xml files)."""
+
+    files = fields.List(
+        fields.Raw(metadata={"type": "string", "format": "binary"}),
+        required=True,
+        metadata={"description": "the recording's segment (.flv/.mp4) and danmaku (.xml) files"},
+    )
+
+
+class UploadSchema(ma.Schema):
+    """A stored upload: pass ``payload`` as an ``import_recording`` job's payload."""
+
+    upload_id = fields.String(required=True)
+    folder = fields.String(required=True)
+    files = fields.List(fields.String(), required=True)
+    payload = fields.Dict(required=True, metadata={"description": '{"folder": <folder>} for import_recording'})

@@ -1,0 +1,132 @@
+"""Uploaded recording files (``POST /api/v1/uploads``): validated first, then stored for ``import_recording``.
+
+Every file is checked before anything is written: a plain file name (printable, no path, not
+hidden), an allowed extension (``.flv``, ``.mp4``, ``.xml``), a size within ``UPLOAD_MAX_BYTES`` in
+total, the format's signature (``FLV`` header, an MP4 ``ftyp`` box, XML without a DOCTYPE — entity
+expansion is refused), no duplicate names and at least one video segment. Only then are the files
+written to ``<output_root>/uploads/<owner>/<random id>/`` (through a hidden temporary folder renamed
+into place, so a half-written upload is never visible), and the folder is what an
+``import_recording`` payload names: ``{"folder": …}``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import ApiError, Invalid
+
+#: Allowed extensions.
+EXTENSIONS = frozenset({".flv", ".mp4", ".xml"})
+VIDEO = frozenset({".flv", ".mp4"})
+MAX_FILES = 64
+#: ``UPLOAD_MAX_BYTES`` when not configured (``TENURE_WEB_UPLOAD_MAX_BYTES``).
+DEFAULT_UPLOAD_MAX_BYTES = 512 * 1024 * 1024
+_MP4_BOXES = (b"ftyp", b"styp")
+
+
+class PayloadTooLarge(ApiError):
+    """The upload exceeds ``UPLOAD_MAX_BYTES``."""
+
+    status, code = 413, "payload_too_large"
+
+
+@dataclass(frozen=True)
+class Upload:
+    """A stored upload: its id, folder and file paths."""
+
+    id: str
+    folder: Path
+    files: tuple[Path, ...]
+
+
+def _plain_name(name: str) -> bool:
+    """A bare file name: printable (recorders write Unicode titles), no path, not hidden, ≤ 200 bytes."""
+    return (
+        0 < len(name.encode()) <= 200
+        and name.isprintable()
+        and not any(c in name for c in '/\\:*?"<>|')
+        and not name.startswith((".", " ", "-"))
+        and name == name.strip()
+    )
+
+
+def _size(stream: Any) -> int:
+    stream.seek(0, os.SEEK_END)
+    size = stream.tell()
+    stream.seek(0)
+    return int(size)
+
+
+def _signature_ok(ext: str, head: bytes) -> bool:
+    if ext == ".flv":
+        return head[:3] == b"FLV"
+    if ext == ".mp4":
+        return head[4:8] in _MP4_BOXES
+    text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    return text.startswith(b"<") and b"<!doctype" not in head.lower() and b"<!entity" not in head.lower()
+
+
+def validate(files: list[Any], max_bytes: int) -> list[tuple[str, Any]]:
+    """``(name, stream)`` per file when every check passes; raises :class:`Invalid`/:class:`PayloadTooLarge`."""
+    if not files:
+        raise Invalid("No files uploaded.", details={"files": ["Upload at least one .flv or .mp4 segment."]})
+    if len(files) > MAX_FILES:
+        raise Invalid("Too many files.", details={"files": [f"At most {MAX_FILES} files."]})
+    checked: list[tuple[str, Any]] = []
+    names: set[str] = set()
+    total = 0
+    for storage in files:
+        name = str(getattr(storage, "filename", "") or "")
+        ext = os.path.splitext(name)[1].lower()
+        if not _plain_name(name):
+            raise Invalid("Invalid file name.", details={"files": [f"{name[:100]!r}: use a plain file name."]})
+        if ext not in EXTENSIONS:
+            raise Invalid("File type not allowed.", details={"files": [f"{name}: only .flv, .mp4 and .xml files."]})
+        if name.lower() in names:
+            raise Invalid("Duplicate file name.", details={"files": [f"{name}: uploaded twice."]})
+        names.add(name.lower())
+        stream = storage.stream
+        size = _size(stream)
+        total += size
+        if total > max_bytes:
+            raise PayloadTooLarge(f"The upload exceeds {max_bytes} bytes.")
+        head = stream.read(4096 if ext == ".xml" else 16)
+        stream.seek(0)
+        if size == 0 or not _signature_ok(ext, head):
+            raise Invalid("Corrupt or invalid file.", details={"files": [f"{name}: not a valid {ext[1:]} file."]})
+        if ext == ".xml":
+            body = stream.read().lower()
+            stream.seek(0)
+            if b"<!doctype" in body or b"<!entity" in body:
+                raise Invalid("Corrupt or invalid file.", details={"files": [f"{name}: DOCTYPE is not allowed."]})
+        checked.append((name, stream))
+    if not any(os.path.splitext(n)[1].lower() in VIDEO for n, _ in checked):
+        raise Invalid("No video segment.", details={"files": ["Upload at least one .flv or .mp4 segment."]})
+    return checked
+
+
+def store(output_root: Path, owner_id: str, files: list[Any], max_bytes: int) -> Upload:
+    """Validate *files* (nothing is written if one fails), then store them in a new upload folder."""
+    checked = validate(files, max_bytes)
+    owner = re.sub(r"[^A-Za-z0-9_-]", "_", owner_id)[:100] or "_"
+    upload_id = uuid.uuid4().hex
+    base = Path(output_root) / "uploads" / owner
+    base.mkdir(parents=True, exist_ok=True)
+    staging = base / f".{upload_id}.partial"
+    final = base / upload_id
+    try:
+        staging.mkdir()
+        for name, stream in checked:
+            with open(staging / name, "wb") as out:
+                shutil.copyfileobj(stream, out, 1024 * 1024)
+        staging.rename(final)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return Upload(upload_id, final.resolve(), tuple(final.resolve() / n for n, _ in checked))
