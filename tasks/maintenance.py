@@ -21,7 +21,7 @@ from __future__ import annotations
 import importlib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +111,7 @@ def run_resync(broker: Broker, *, config: MaintenanceConfig | None = None) -> Re
 
     scheduler = scheduler_for(broker)
     engine = scheduler.engine
+    config = step("runtime_settings", lambda: runtime_retention(engine, config)) or config  # type: ignore[arg-type]
     reaped = step("reap", lambda: broker.reap()) if sqlite else None  # type: ignore[attr-defined]
     recovered = step("recover", lambda: recover_expired(engine, broker=broker).total)
     # With the SQLite broker on the job database a job's message is written in its own transaction
@@ -144,6 +145,30 @@ def run_resync(broker: Broker, *, config: MaintenanceConfig | None = None) -> Re
     else:
         logger.debug("Resync: %s", report)
     return report
+
+
+def runtime_retention(engine: Any, config: MaintenanceConfig) -> MaintenanceConfig:
+    """*config* with the retention keys an admin saved (``jobs.runtime_settings``) applied, if present.
+
+    ``retention.finished_jobs_days``, ``retention.events_days`` and ``retention.dead_letters_days``
+    override the configured values from the next resync on; a key that was never saved (or saved as
+    null) leaves the configured value.
+    """
+    from jobs.runtime_settings import saved_values
+
+    saved = saved_values(engine)
+    day_s = 24 * 3600.0
+    changes: dict[str, Any] = {}
+    for key, attr, scale in (
+        ("retention.finished_jobs_days", "job_retention_s", day_s),
+        ("retention.events_days", "event_retention_s", day_s),
+        ("retention.dead_letters_days", "dead_letter_retention_ms", day_s * 1000),
+    ):
+        days = saved.get(key)
+        if isinstance(days, int) and not isinstance(days, bool) and days > 0:
+            value = days * scale
+            changes[attr] = int(value) if attr.endswith("_ms") else value
+    return replace(config, **changes) if changes else config
 
 
 _missing_logged: set[str] = set()

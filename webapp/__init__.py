@@ -124,6 +124,9 @@ def _build_services(app: Flask):  # type: ignore[no-untyped-def]
 
         engine = make_engine(settings.database_url, busy_timeout_ms=settings.sqlite_busy_timeout_ms)
         check_database_at_head(engine)  # refuse an unknown or newer schema at start, like every process
+        from jobs.runtime_settings import overlay_settings
+
+        settings = overlay_settings(engine, settings)  # saved restart keys (jobs.default_max_attempts)
     gateway = cfg.get("TENURE_JOBS")
     broker = cfg.get("TENURE_BROKER")
     if gateway is None and cfg.get("TASKS_MODULE"):

@@ -80,7 +80,7 @@ def submit_schema_per_kind(base: dict[str, Any], kinds: list[Any]) -> dict[str, 
 
 def register_api(app: Flask) -> TenureApi:
     """Create this app's Api (one per app: it holds the spec) and register the API blueprints."""
-    from . import health, jobs, ops
+    from . import health, jobs, ops, settings
 
     api = TenureApi(
         app,
@@ -95,7 +95,7 @@ def register_api(app: Flask) -> TenureApi:
             "security": [{"bearer": []}, {"basic": []}],
         },
     )
-    for blp in (jobs.blp, ops.blp, health.blp):
+    for blp in (jobs.blp, ops.blp, settings.blp, health.blp):
         api.register_blueprint(blp)
         csrf.exempt(blp)  # API callers authenticate per request; session callers are checked in api_guard
 

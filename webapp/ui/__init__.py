@@ -345,4 +345,4 @@ def revoke_token(token_id: int):
     return redirect(url_for("ui.tokens"))
 
 
-from . import ops  # noqa: E402,F401  (registers the operations pages on bp)
+from . import ops, settings  # noqa: E402,F401  (register the operations and runtime settings pages on bp)

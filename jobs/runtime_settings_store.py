@@ -1,0 +1,74 @@
+"""All SQL of runtime settings: the ``runtime_settings`` history and the older-snapshot count.
+
+See :mod:`jobs.runtime_settings_models` for the table. Callers pass the connection (one transaction
+per save: read the latest revision, then insert the next one).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import Connection, func, insert, select, text
+
+from .runtime_settings_models import runtime_settings
+
+
+@dataclass(frozen=True)
+class RevisionRow:
+    """One saved batch."""
+
+    revision: int
+    saved_at: int
+    saved_by: str
+    document: str
+
+
+def latest(conn: Connection) -> RevisionRow | None:
+    """The newest saved batch, or None before the first save."""
+    row = conn.execute(
+        select(
+            runtime_settings.c.revision,
+            runtime_settings.c.saved_at,
+            runtime_settings.c.saved_by,
+            runtime_settings.c.document,
+        )
+        .order_by(runtime_settings.c.revision.desc())
+        .limit(1)
+    ).first()
+    return None if row is None else RevisionRow(int(row[0]), int(row[1]), str(row[2]), str(row[3]))
+
+
+def latest_revision(conn: Connection) -> int:
+    """The newest revision number (0 before the first save)."""
+    return int(conn.execute(select(func.coalesce(func.max(runtime_settings.c.revision), 0))).scalar_one())
+
+
+def insert_revision(conn: Connection, revision: int, saved_at: int, saved_by: str, document: str) -> None:
+    """Append a batch (the primary key refuses a second row with the same revision)."""
+    conn.execute(
+        insert(runtime_settings).values(revision=revision, saved_at=saved_at, saved_by=saved_by, document=document)
+    )
+
+
+def history(conn: Connection, limit: int) -> list[RevisionRow]:
+    """The newest *limit* batches, newest first."""
+    rows = conn.execute(
+        select(
+            runtime_settings.c.revision,
+            runtime_settings.c.saved_at,
+            runtime_settings.c.saved_by,
+            runtime_settings.c.document,
+        )
+        .order_by(runtime_settings.c.revision.desc())
+        .limit(limit)
+    ).all()
+    return [RevisionRow(int(r[0]), int(r[1]), str(r[2]), str(r[3])) for r in rows]
+
+
+def running_jobs_created_before(conn: Connection, before_ms: int) -> int:
+    """Running jobs submitted before *before_ms*: they hold a config snapshot older than that save."""
+    return int(
+        conn.execute(
+            text("SELECT COUNT(*) FROM jobs WHERE status = 'running' AND created_at < :t"), {"t": before_ms}
+        ).scalar_one()
+    )
