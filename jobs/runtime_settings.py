@@ -194,6 +194,43 @@ _BY_KEY = {spec.key: spec for spec in CATALOGUE if not spec.pattern}
 _PATTERNS = {spec.key.split(".", 1)[0]: spec for spec in CATALOGUE if spec.pattern}
 
 
+def values_json_schema() -> dict[str, Any]:
+    """JSON Schema of a ``values`` batch, derived from :data:`CATALOGUE` (for the OpenAPI document):
+    exactly what :func:`validate` accepts when any well-formed queue/schedule name is allowed."""
+
+    def value_schema(spec: SettingSpec) -> dict[str, Any]:
+        schema: dict[str, Any]
+        if spec.type == "bool":
+            schema = {"type": "boolean"}
+        elif spec.type == "int":
+            schema = {"type": "integer"}
+            if spec.minimum is not None:
+                schema["minimum"] = spec.minimum
+            if spec.maximum is not None:
+                schema["maximum"] = spec.maximum
+        else:
+            schema = {"type": "string", "minLength": 1}
+            if spec.maximum is not None:
+                schema["maxLength"] = spec.maximum
+        if spec.nullable:
+            schema["type"] = [schema["type"], "null"]
+        return schema
+
+    name = NAME_RE.pattern.removeprefix("^").removesuffix("$")
+    patterns = {}
+    for spec in CATALOGUE:
+        if spec.pattern:
+            before, after = spec.key.split("<name>", 1)
+            patterns["^" + re.escape(before) + name + re.escape(after) + "$"] = value_schema(spec)
+    return {
+        "type": "object",
+        "properties": {spec.key: value_schema(spec) for spec in CATALOGUE if not spec.pattern},
+        "patternProperties": patterns,
+        "additionalProperties": False,
+        "description": "every saved key; omitted secrets keep their value, null clears",
+    }
+
+
 def spec_for(key: str) -> tuple[SettingSpec, str | None] | None:
     """The spec of *key* and, for a pattern key, its name (None when the key is not declared)."""
     if key in _BY_KEY:
@@ -216,8 +253,8 @@ def _check(spec: SettingSpec, value: Any) -> str | None:
     if spec.type == "bool":
         return None if isinstance(value, bool) else "must be true or false"
     if spec.type == "int":
-        if isinstance(value, bool) or not isinstance(value, int):
-            return "must be an integer"
+        if isinstance(value, bool) or not (isinstance(value, int) or isinstance(value, float) and value.is_integer()):
+            return "must be an integer"  # JSON's 97.0 is an integer too (JSON Schema says so)
         if spec.minimum is not None and value < spec.minimum:
             return f"must be at least {spec.minimum}"
         if spec.maximum is not None and value > spec.maximum:
@@ -274,7 +311,7 @@ def validate(
             errors[key] = reason
     if errors:
         raise SettingsInvalid(errors)
-    return dict(values)
+    return {k: int(v) if isinstance(v, float) else v for k, v in values.items()}
 
 
 def _mask(spec: SettingSpec, value: Any) -> Any:

@@ -53,8 +53,10 @@ def save(svc: Services, values: Any, expected_revision: int, by: str) -> dict[st
             expected_revision,
             by,
             settings=svc.settings,
-            queues=queue_names(svc),
-            schedules=schedule_names(svc),
+            # Any well-formed queue/schedule name is accepted (the OpenAPI document says so): pausing a
+            # queue before its first message is useful, and a name nothing uses comes back as a warning.
+            queues=None,
+            schedules=None,
         )
     except rs.SettingsInvalid as e:
         raise Invalid("Runtime settings did not validate; nothing was saved.", details=e.errors) from None

@@ -59,13 +59,21 @@ def test_failed_validation_saves_nothing(client: FlaskClient, root: Person) -> N
         {"jobs.default_max_attempts": "3"},
         {"jobs.default_max_attempts": True},
         {"queues.default.paused": 1},
-        {"queues.nowhere.paused": True},
+        {"queues.bad name.paused": True},
         {"database_url": "sqlite:///x.db"},
     ):
         assert _put(client, root, bad, 0).status_code == 422, bad
     for body in ({"values": {}}, {"expected_revision": 1.5, "values": {}}, {"expected_revision": 0, "values": []}):
         assert client.put("/api/v1/settings", json=body, headers=root.bearer).status_code == 422
     assert _get(client, root)["revision"] == 0
+
+
+def test_a_queue_can_be_paused_before_its_first_message(client: FlaskClient, root: Person) -> None:
+    # Any well-formed name is accepted (as the OpenAPI document says): the pause waits for the queue.
+    r = _put(client, root, {"queues.later.paused": True}, 0)
+    assert r.status_code == 200, r.get_json()
+    assert r.get_json()["saved"]["queues.later.paused"] is True
+    assert _get(client, root)["revision"] == 1
 
 
 def test_secrets_are_write_only(client: FlaskClient, root: Person, caplog: pytest.LogCaptureFixture) -> None:

@@ -34,6 +34,12 @@ class TenureApi(Api):
         kinds = services().jobs.kinds()
         if submit is not None and kinds:
             doc["components"]["schemas"]["Submit"] = submit_schema_per_kind(submit, kinds)
+        put_settings = doc.get("components", {}).get("schemas", {}).get("RuntimeSettingsPut")
+        if put_settings is not None:
+            # The keys and value types a save accepts, spelled out (apispec cannot express patternProperties).
+            from jobs.runtime_settings import values_json_schema
+
+            put_settings["properties"]["values"] = values_json_schema()
         return current_app.response_class(json.dumps(doc, indent=2), mimetype="application/json")
 
 
