@@ -18,6 +18,8 @@ from ..bulk import bulk_apply
 from ..errors import ApiError, Conflict, Invalid, JobNotFoundError
 from ..gateway import STATUSES, JobQuery
 from ..services import services
+from ..uploads import DEFAULT_UPLOAD_MAX_BYTES, PayloadTooLarge
+from ..uploads import store as store_upload
 from .forms import EmptyForm, TokenForm, payload_from, submit_form_for
 
 bp = Blueprint("ui", __name__, template_folder="../templates")
@@ -271,6 +273,20 @@ def download(job_id: str, name: str):
     return send_file(path, as_attachment=True, download_name=path.name)
 
 
+class UploadRejected(Exception):
+    """An upload failed its checks; the form shows every reason (nothing was stored)."""
+
+    def __init__(self, exc: ApiError) -> None:
+        details = exc.details if isinstance(exc.details, dict) else {}
+        reasons = [str(m) for ms in details.values() for m in (ms if isinstance(ms, list) else [ms])]
+        self.reasons = [exc.message, *reasons]
+        super().__init__(exc.message)
+
+
+#: The kind whose form also takes an upload of the recording's files.
+UPLOAD_KIND = "import_recording"
+
+
 @bp.route("/submit")
 def submit_index():
     return render_template("submit_index.html", kinds=services().jobs.kinds())
@@ -287,14 +303,27 @@ def submit(kind_name: str):
     if request.method == "POST":
         if form.validate():
             try:
+                payload = payload_from(kind, form)
+                uploaded = [f for f in request.files.getlist("upload") if f and f.filename]
+                if kind.name == UPLOAD_KIND and uploaded:
+                    # Validated as a whole before anything is written; the job imports the stored folder.
+                    limit = int(current_app.config.get("UPLOAD_MAX_BYTES", DEFAULT_UPLOAD_MAX_BYTES))
+                    try:
+                        upload = store_upload(services().output_root, g.identity.user.owner_id, uploaded, limit)
+                    except (Invalid, PayloadTooLarge) as exc:
+                        raise UploadRejected(exc) from None
+                    payload = {k: v for k, v in payload.items() if k not in ("folder", "files")}
+                    payload["folder"] = str(upload.folder)
                 record, created = services().jobs.submit(
                     owner_id=g.identity.user.owner_id,
                     kind=kind.name,
-                    payload=payload_from(kind, form),
+                    payload=payload,
                     idempotency_key=form.idempotency_key.data or None,
                     priority=form.priority.data or 0,
                     delay_s=form.delay_s.data or 0.0,
                 )
+            except UploadRejected as exc:
+                form.form_errors.extend(exc.reasons)
             except Invalid as exc:
                 _attach_errors(form, exc)
             except Conflict as exc:
@@ -302,7 +331,7 @@ def submit(kind_name: str):
             else:
                 flash(f"Submitted job {record.id}." if created else f"Already submitted as job {record.id}.", "info")
                 return redirect(url_for("ui.job", job_id=record.id))
-    return render_template("submit.html", kind=kind, form=form)
+    return render_template("submit.html", kind=kind, form=form, upload=kind.name == UPLOAD_KIND)
 
 
 def _attach_errors(form: Any, exc: ApiError) -> None:
