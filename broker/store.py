@@ -566,11 +566,15 @@ _write_locks_guard = threading.Lock()
 
 def process_write_lock(path: str) -> threading.RLock:
     """One lock per database file per process (re-entrant: nested helpers may write)."""
+    lock = _write_locks.get(path)  # fast path: the spelling callers use, no realpath() per transaction
+    if lock is not None:
+        return lock
     key = os.path.realpath(path)
     lock = _write_locks.get(key)
     if lock is None:
         with _write_locks_guard:
             lock = _write_locks.setdefault(key, threading.RLock())
+            _write_locks[path] = lock
     return lock
 
 
