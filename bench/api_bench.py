@@ -35,7 +35,6 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -50,7 +49,7 @@ import httpx
 
 from . import report
 from .broker_bench import _git, _pct, loadavg, log
-from .procs import REPO, alive, children_of, cpu_ns
+from .procs import REPO, children_of, cpu_ns, stop_tree
 
 GOAL_P99_MS = 25.0
 USERNAME = "bench-admin"
@@ -97,19 +96,7 @@ class Gunicorn:
 
     def stop(self, timeout_s: float = 15.0) -> None:
         self.workers()
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        deadline = time.monotonic() + 5
-        for pid in self._known:
-            while alive(pid) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            if alive(pid) and _is_gunicorn(pid):
-                os.kill(pid, signal.SIGKILL)
+        stop_tree(self.proc, self._known, _is_gunicorn, timeout_s)
         self._log.close()
 
 

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,24 @@ def _is_our_worker(pid: int, app: str = "bench.app") -> bool:
     return app.encode() in argv
 
 
+def stop_tree(proc: subprocess.Popen[bytes], known: set[int], is_ours: Callable[[int], bool], timeout_s: float) -> None:
+    """SIGTERM a supervisor (it stops its children); after *timeout_s*, SIGKILL it, then SIGKILL by PID any
+    known child still alive 5 s later — only if *is_ours* still recognises that PID (PID reuse)."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+    deadline = time.monotonic() + 5
+    for pid in known:
+        while alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if alive(pid) and is_ours(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
 class Workers:
     """``python -m dramatiq <app> --processes P --threads T`` with the benchmark's broker settings.
 
@@ -131,17 +150,5 @@ class Workers:
     def stop(self, timeout_s: float = 20.0) -> None:
         """SIGTERM the dramatiq master (it stops its workers); SIGKILL by PID whatever is left after *timeout_s*."""
         self.worker_pids()
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        deadline = time.monotonic() + 5
-        for pid in self._known:
-            while alive(pid) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            if alive(pid) and _is_our_worker(pid, self.app):
-                os.kill(pid, signal.SIGKILL)
+        stop_tree(self.proc, self._known, lambda pid: _is_our_worker(pid, self.app), timeout_s)
         self._log.close()
