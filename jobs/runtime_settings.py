@@ -19,8 +19,10 @@ Deployment settings (database and broker URLs, authentication) are shown read-on
 saved here: they are ``TENURE_*`` variables read at start.
 
 Applying a change to other components (pausing a queue on the broker, pausing a schedule) is the
-caller's job: :func:`changed_effective` says which keys' effective values a save changed; the
-resync (``tasks/maintenance.py``) reads the retention keys from :func:`saved_values` on every run.
+caller's job: :func:`changed_effective` says which keys' effective values a save changed. Components
+that read a key when they need it use :func:`effective_values`: the resync reads the retention keys
+on every run (:func:`jobs.retention.effective_policy`), the webhook notifier reads
+``notify.webhook_secret`` on every delivery attempt (``tasks/channels.py``).
 """
 
 from __future__ import annotations
@@ -40,7 +42,14 @@ from sqlalchemy.exc import IntegrityError
 
 from . import db
 from . import runtime_settings_store as store
-from .settings import DEFAULT_MAX_ATTEMPTS
+from .settings import (
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_RETENTION_DAYS,
+    DEFAULT_RETENTION_DEAD_LETTERS_DAYS,
+    DEFAULT_RETENTION_EVENTS_DAYS,
+    DEFAULT_RETENTION_FIRES_DAYS,
+    MAX_RETENTION_DAYS,
+)
 from .store import dumps, now_ms
 
 logger = logging.getLogger(__name__)
@@ -91,6 +100,10 @@ class SettingSpec:
       nullable: ``null`` is a valid saved value.
       minimum / maximum: Bounds of an ``int``; maximum length of a ``str``.
       env: Reads the key's ``TENURE_*`` counterpart from a Settings object (None: no counterpart).
+      fallback: A broader saved key used when this one is not saved (``retention.finished_jobs_days``
+        for the per-status retention keys); it beats the environment, as any saved value does.
+      format_re: A ``str`` must match this whole (also the JSON Schema's ``pattern``, so the
+        OpenAPI document accepts exactly what :func:`validate` does); ``format_help`` says why not.
     """
 
     key: str
@@ -103,6 +116,9 @@ class SettingSpec:
     minimum: int | None = None
     maximum: int | None = None
     env: Callable[[Any], Any] | None = None
+    fallback: str | None = None
+    format_re: str | None = None
+    format_help: str = ""
 
     @property
     def pattern(self) -> bool:
@@ -122,6 +138,14 @@ class SettingSpec:
             "maximum": self.maximum,
         }
 
+
+_B64 = "[A-Za-z0-9+/]"
+#: A Standard Webhooks secret: ``whsec_`` (optional, as receivers strip it) and canonical base64 of
+#: 24 to 64 bytes (the spec's range). Receivers decode the secret to the HMAC key; a value outside
+#: this could not be verified by them, so it is refused when saved rather than at the next delivery.
+WEBHOOK_SECRET_RE = (
+    rf"^(?:whsec_)?(?:(?:{_B64}{{4}}){{8,20}}(?:{_B64}{{2}}==|{_B64}{{3}}=)?|(?:{_B64}{{4}}){{21}}(?:{_B64}{{2}}==)?)$"
+)
 
 CATALOGUE: tuple[SettingSpec, ...] = (
     SettingSpec(
@@ -143,29 +167,61 @@ CATALOGUE: tuple[SettingSpec, ...] = (
         "int",
         None,
         NEXT_BOUNDARY,
-        "Keep finished jobs this many days (null: the job layer's default); read by the next resync.",
+        "Keep finished jobs of every status this many days, unless the status has its own saved key "
+        "(null: the per-status values); read by the next resync.",
         nullable=True,
         minimum=1,
-        maximum=3650,
+        maximum=MAX_RETENTION_DAYS,
+    ),
+    *(
+        SettingSpec(
+            f"retention.{status}_jobs_days",
+            "int",
+            DEFAULT_RETENTION_DAYS[status],
+            NEXT_BOUNDARY,
+            f"Keep {status} jobs (with their workflow steps, events and idempotency keys) this many days "
+            f"after they finished (TENURE_RETENTION_{status.upper()}_DAYS); read by the next resync.",
+            nullable=True,
+            minimum=1,
+            maximum=MAX_RETENTION_DAYS,
+            env=lambda s, status=status: getattr(s, f"retention_{status}_days", None),
+            fallback="retention.finished_jobs_days",
+        )
+        for status in DEFAULT_RETENTION_DAYS
     ),
     SettingSpec(
         "retention.events_days",
         "int",
-        None,
+        DEFAULT_RETENTION_EVENTS_DAYS,
         NEXT_BOUNDARY,
-        "Keep job events this many days (null: the job layer's default); read by the next resync.",
+        "Keep the events of a finished job this many days after it finished (its last event stays "
+        "while the job is kept; TENURE_RETENTION_EVENTS_DAYS); read by the next resync.",
         nullable=True,
         minimum=1,
-        maximum=3650,
+        maximum=MAX_RETENTION_DAYS,
+        env=lambda s: getattr(s, "retention_events_days", None),
     ),
     SettingSpec(
         "retention.dead_letters_days",
         "int",
-        7,
+        DEFAULT_RETENTION_DEAD_LETTERS_DAYS,
         NEXT_BOUNDARY,
-        "Keep dead letters this many days (SQLite broker); read by the next resync.",
+        "Keep dead letters this many days (SQLite broker; TENURE_RETENTION_DEAD_LETTERS_DAYS); "
+        "read by the next resync.",
         minimum=1,
-        maximum=3650,
+        maximum=MAX_RETENTION_DAYS,
+        env=lambda s: getattr(s, "retention_dead_letters_days", None),
+    ),
+    SettingSpec(
+        "retention.fires_days",
+        "int",
+        DEFAULT_RETENTION_FIRES_DAYS,
+        NEXT_BOUNDARY,
+        "Keep schedule fire rows this many days (each schedule's latest is kept; "
+        "TENURE_RETENTION_FIRES_DAYS); read by the next resync.",
+        minimum=1,
+        maximum=MAX_RETENTION_DAYS,
+        env=lambda s: getattr(s, "retention_fires_days", None),
     ),
     SettingSpec(
         "jobs.default_max_attempts",
@@ -181,14 +237,18 @@ CATALOGUE: tuple[SettingSpec, ...] = (
         "notify.webhook_secret",
         "str",
         None,
-        RESTART,
-        "Shared secret signing notification webhooks (write-only).",
+        NEXT_BOUNDARY,
+        "Standard Webhooks secret (whsec_…) signing every webhook channel from its next delivery attempt, "
+        "in place of the channels file's secrets (null: the file's); write-only.",
         secret=True,
         nullable=True,
         minimum=None,
         maximum=512,
+        format_re=WEBHOOK_SECRET_RE,
+        format_help="must be a Standard Webhooks secret: whsec_ and the base64 of 24 to 64 random bytes",
     ),
 )
+
 
 _BY_KEY = {spec.key: spec for spec in CATALOGUE if not spec.pattern}
 _PATTERNS = {spec.key.split(".", 1)[0]: spec for spec in CATALOGUE if spec.pattern}
@@ -212,6 +272,8 @@ def values_json_schema() -> dict[str, Any]:
             schema = {"type": "string", "minLength": 1}
             if spec.maximum is not None:
                 schema["maxLength"] = spec.maximum
+            if spec.format_re is not None:
+                schema["pattern"] = spec.format_re
         if spec.nullable:
             schema["type"] = [schema["type"], "null"]
         return schema
@@ -267,6 +329,8 @@ def _check(spec: SettingSpec, value: Any) -> str | None:
             return "must not be empty (use null to clear)"
         if spec.maximum is not None and len(value) > spec.maximum:
             return f"must be at most {spec.maximum} characters"
+        if spec.format_re is not None and not re.fullmatch(spec.format_re, value):
+            return spec.format_help or "is not in the expected format"
         return None
     return "has an unknown type"  # pragma: no cover - catalogue error
 
@@ -341,7 +405,11 @@ def saved_values(engine: Engine) -> dict[str, Any]:
 
 
 def _effective(saved: Mapping[str, Any], settings: Any) -> tuple[dict[str, Any], list[str]]:
-    """(effective values, keys pending a restart), secrets unmasked."""
+    """(effective values, keys pending a restart), secrets unmasked.
+
+    A saved ``null`` means "not saved": the value falls back to the key's ``fallback`` key if that
+    is saved, then to the environment's value, then to the default.
+    """
     effective: dict[str, Any] = {}
     pending: list[str] = []
     for spec in CATALOGUE:
@@ -356,13 +424,27 @@ def _effective(saved: Mapping[str, Any], settings: Any) -> tuple[dict[str, Any],
             effective[spec.key] = saved.get(spec.key, running) if spec.env is None else running
             if spec.env is not None and spec.key in saved and saved[spec.key] != running:
                 pending.append(spec.key)
-        else:
-            effective[spec.key] = saved.get(spec.key, running)
+            continue
+        value = saved.get(spec.key)
+        if value is None and spec.fallback is not None:
+            value = saved.get(spec.fallback)
+        effective[spec.key] = running if value is None else value
     for key, value in saved.items():
         found = spec_for(key)
         if found is not None and found[1] is not None:
             effective[key] = value
     return effective, pending
+
+
+def effective_values(engine: Engine, settings: Any = None) -> dict[str, Any]:
+    """The effective value of every declared key, secrets unmasked (for this deployment's components
+    such as the resync and the notifiers: never for responses or logs).
+
+    Parameters:
+      engine: The job database.
+      settings: This process's Settings (the environment layer; None: defaults only).
+    """
+    return _effective(saved_values(engine), settings)[0]
 
 
 def _deployment(settings: Any) -> dict[str, Any]:

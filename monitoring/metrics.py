@@ -33,6 +33,8 @@ OUTCOMES = ("ok", "error", "retried", "skipped", "dead_lettered")
 SCHEDULE_RESULTS = ("fired", "duplicate", "skipped")
 #: ``outcome`` label values of :data:`JOBS_FINISHED`.
 JOB_OUTCOMES = ("succeeded", "failed", "cancelled", "interrupted")
+#: ``table`` label values of :data:`ROWS_PRUNED`.
+PRUNED_TABLES = ("jobs", "job_events", "outbox", "dead_letters", "schedule_fires")
 
 # -- process metrics -------------------------------------------------------------------------------
 
@@ -117,6 +119,14 @@ JOBS_FINISHED = Counter(
     registry=REGISTRY,
 )
 
+ROWS_PRUNED = Counter(
+    "tenure_rows_pruned",
+    "Rows the resync deleted once past their retention, by table: jobs (workflow steps included), "
+    "job_events, outbox (published rows), dead_letters, schedule_fires.",
+    ("table",),
+    registry=REGISTRY,
+)
+
 
 def record_stale_attempt() -> None:
     """Count one write rejected as coming from a stale attempt."""
@@ -136,6 +146,18 @@ def record_schedule_fire(schedule: str, result: str) -> None:
     if result not in SCHEDULE_RESULTS:
         raise ValueError(f"unknown schedule fire result {result!r}; expected one of {SCHEDULE_RESULTS}")
     SCHEDULE_FIRES.labels(schedule, result).inc()
+
+
+def record_pruned(table: str, rows: int) -> None:
+    """Count rows the resync deleted from *table* (one of :data:`PRUNED_TABLES`).
+
+    Raises:
+      ValueError: For an unknown table (keeps the label set bounded).
+    """
+    if table not in PRUNED_TABLES:
+        raise ValueError(f"unknown pruned table {table!r}; expected one of {PRUNED_TABLES}")
+    if rows > 0:
+        ROWS_PRUNED.labels(table).inc(rows)
 
 
 # -- database metrics (computed at scrape time) ----------------------------------------------------

@@ -6,9 +6,11 @@ run, and the next tick tries again):
 1. reclaim expired broker leases (``SQLiteBroker.reap``; Redis/RabbitMQ redeliver by themselves);
 2. recover running jobs whose lease expired (the job layer's ``jobs.recovery.recover_expired``);
 3. republish pending outbox rows (the job layer's relay; only with a server broker, where there is an outbox);
-4. prune what is kept only for a while: finished jobs and events (job layer), dead letters past
-   their TTL (``broker.purge_dead``), schedule fire rows past their retention (each schedule's
-   latest fire row is always kept);
+4. prune what is kept only for a while: finished jobs, their events and published outbox rows
+   (``jobs.retention.prune``: per-status retention, workflows whole, retried jobs kept while their
+   retry is), dead letters (``broker.purge_dead``), schedule fire rows (each schedule's latest fire
+   row is always kept). Retention is read on every run: ``TENURE_RETENTION_*`` overlaid by the
+   saved runtime settings ``retention.*`` (:func:`retention_in_force`);
 5. refresh the schedules' view (declared text, next tick) that the UI and metrics read;
 6. remove the scratch directories of renders whose worker was killed (``tasks.outputs``).
 
@@ -18,12 +20,11 @@ two runs at the same time, or a run repeated, change nothing more than one run.
 
 from __future__ import annotations
 
-import importlib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import dramatiq
 from dramatiq.broker import Broker
@@ -31,41 +32,51 @@ from dramatiq.broker import Broker
 from broker import SQLiteBroker
 from jobs.outbox import relay_once
 from jobs.recovery import recover_expired
-from jobs.settings import current_settings
+from jobs.retention import DAY_S, RetentionPolicy, effective_policy, prune
+from jobs.runtime_settings import effective_values
+from jobs.settings import Settings, current_settings
+from monitoring.metrics import record_pruned
 
 from .outputs import clean_partial_outputs
 from .scheduling import every, install, scheduler_for
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: How often the resync runs, in seconds.
 RESYNC_PERIOD_S = 30
 #: A resync message that could not start within this is skipped (the next tick is close), in seconds.
 RESYNC_MAX_STALENESS_S = 25
-#: How long fire rows are kept, in seconds (the latest per schedule is kept forever).
-DEFAULT_FIRE_RETENTION_S = 7 * 24 * 3600.0
 
 
 @dataclass(frozen=True)
 class MaintenanceConfig:
-    """Retention and timing of the resync (from ``Settings``; see :func:`configure_maintenance`).
+    """Explicit retention for the resync (embedders and tests); a None field means "what is in force":
+    the saved runtime setting, else its ``TENURE_RETENTION_*`` variable, else the default.
 
     Parameters:
       fire_retention_s: Keep schedule fire rows this long.
-      job_retention_s: Keep finished jobs this long (None: the job layer's default).
-      event_retention_s: Keep job events this long (None: the job layer's default).
-      dead_letter_retention_ms: Keep dead letters this long (None: the broker's own TTL).
+      dead_letter_retention_ms: Keep dead letters this long.
+      retention: Finished jobs, events and published outbox rows (:class:`jobs.retention.RetentionPolicy`).
     """
 
-    fire_retention_s: float = DEFAULT_FIRE_RETENTION_S
-    job_retention_s: float | None = None
-    event_retention_s: float | None = None
+    fire_retention_s: float | None = None
     dead_letter_retention_ms: int | None = None
+    retention: RetentionPolicy | None = None
+
+
+@dataclass(frozen=True)
+class Retention:
+    """The retention one resync applies (see :func:`retention_in_force`)."""
+
+    jobs: RetentionPolicy
+    fire_retention_s: float
+    dead_letter_retention_ms: int
 
 
 @dataclass(frozen=True)
 class ResyncReport:
-    """What one resync did; None means the step does not apply here (or its layer is not there yet)."""
+    """What one resync did; None means the step does not apply here (or it failed: see ``errors``)."""
 
     leases_reaped: int | None = None
     jobs_recovered: int | None = None
@@ -76,13 +87,15 @@ class ResyncReport:
     schedules_refreshed: int | None = None
     errors: tuple[str, ...] = field(default=())
     partials_removed: int | None = None
+    events_pruned: int | None = None
+    outbox_pruned: int | None = None
 
 
 _config = MaintenanceConfig()
 
 
 def configure_maintenance(config: MaintenanceConfig) -> None:
-    """Set the resync's retention and timing for this process (at start, from Settings)."""
+    """Set explicit retention for this process's resyncs (embedders; by default the settings in force apply)."""
     global _config
     _config = config
 
@@ -101,7 +114,7 @@ def run_resync(broker: Broker, *, config: MaintenanceConfig | None = None) -> Re
     errors: list[str] = []
     sqlite = isinstance(broker, SQLiteBroker)
 
-    def step(name: str, fn: Callable[[], int | None]) -> int | None:
+    def step(name: str, fn: Callable[[], T]) -> T | None:
         try:
             return fn()
         except Exception as e:  # one broken step must not stop the others
@@ -111,80 +124,78 @@ def run_resync(broker: Broker, *, config: MaintenanceConfig | None = None) -> Re
 
     scheduler = scheduler_for(broker)
     engine = scheduler.engine
-    config = step("runtime_settings", lambda: runtime_retention(engine, config)) or config  # type: ignore[arg-type]
+    settings = current_settings()
+    # Without the runtime settings (database trouble) the environment's values still apply.
+    retention = step("runtime_settings", lambda: retention_in_force(engine, config, settings)) or Retention(
+        config.retention or RetentionPolicy(),
+        config.fire_retention_s or settings.retention_fires_days * DAY_S,
+        config.dead_letter_retention_ms or int(settings.retention_dead_letters_days * DAY_S * 1000),
+    )
     reaped = step("reap", lambda: broker.reap()) if sqlite else None  # type: ignore[attr-defined]
     recovered = step("recover", lambda: recover_expired(engine, broker=broker).total)
     # With the SQLite broker on the job database a job's message is written in its own transaction
     # and there is no outbox; otherwise the relay process publishes, and this is its safety net.
     republished = None if scheduler.transactional else step("outbox", lambda: relay_once(engine, broker))
-    # TODO(jobs): a retention API (finished jobs, events, published outbox rows); called when it exists.
-    jobs_pruned = step(
-        "prune_jobs",
-        lambda: _job_layer(
-            "retention",
-            "prune",
-            engine,
-            job_retention_s=config.job_retention_s,
-            event_retention_s=config.event_retention_s,
-        ),
-    )
+    pruned = step("prune_jobs", lambda: prune(engine, retention.jobs))
     purged = (
-        step("purge_dead", lambda: broker.purge_dead(config.dead_letter_retention_ms))  # type: ignore[attr-defined]
+        step("purge_dead", lambda: broker.purge_dead(retention.dead_letter_retention_ms))  # type: ignore[attr-defined]
         if sqlite
         else None
     )
-    fires = step("prune_fires", lambda: scheduler.prune_fires(config.fire_retention_s))
+    fires = step("prune_fires", lambda: scheduler.prune_fires(retention.fire_retention_s))
     refreshed = step("refresh_schedules", scheduler.refresh)
     # Scratch directories of renders whose worker was killed (tasks.outputs).
-    partials = step("clean_partials", lambda: clean_partial_outputs(engine, Path(current_settings().output_root)))
+    partials = step("clean_partials", lambda: clean_partial_outputs(engine, Path(settings.output_root)))
     report = ResyncReport(
-        reaped, recovered, republished, jobs_pruned, purged, fires, refreshed, tuple(errors), partials_removed=partials
+        reaped,
+        recovered,
+        republished,
+        pruned.jobs if pruned is not None else None,
+        purged,
+        fires,
+        refreshed,
+        tuple(errors),
+        partials_removed=partials,
+        events_pruned=pruned.events if pruned is not None else None,
+        outbox_pruned=pruned.outbox if pruned is not None else None,
     )
-    if reaped or recovered or republished:
+    for table, rows in (
+        ("jobs", report.jobs_pruned),
+        ("job_events", report.events_pruned),
+        ("outbox", report.outbox_pruned),
+        ("dead_letters", purged),
+        ("schedule_fires", fires),
+    ):
+        record_pruned(table, rows or 0)
+    if reaped or recovered or republished or report.jobs_pruned or report.events_pruned or purged or fires:
         logger.info("Resync: %s", report)
     else:
         logger.debug("Resync: %s", report)
     return report
 
 
-def runtime_retention(engine: Any, config: MaintenanceConfig) -> MaintenanceConfig:
-    """*config* with the retention keys an admin saved (``jobs.runtime_settings``) applied, if present.
+def retention_in_force(engine: Any, config: MaintenanceConfig, settings: Settings | None = None) -> Retention:
+    """What this resync keeps: *config*'s explicit values, else the effective runtime settings.
 
-    ``retention.finished_jobs_days``, ``retention.events_days`` and ``retention.dead_letters_days``
-    override the configured values from the next resync on; a key that was never saved (or saved as
-    null) leaves the configured value.
+    The effective value of each ``retention.*`` key is its saved value (an admin's, from the next
+    resync on), else its ``TENURE_RETENTION_*`` variable, else the default; a saved
+    ``retention.finished_jobs_days`` covers the statuses without their own saved key.
     """
-    from jobs.runtime_settings import saved_values
-
-    saved = saved_values(engine)
-    day_s = 24 * 3600.0
-    changes: dict[str, Any] = {}
-    for key, attr, scale in (
-        ("retention.finished_jobs_days", "job_retention_s", day_s),
-        ("retention.events_days", "event_retention_s", day_s),
-        ("retention.dead_letters_days", "dead_letter_retention_ms", day_s * 1000),
-    ):
-        days = saved.get(key)
-        if isinstance(days, int) and not isinstance(days, bool) and days > 0:
-            value = days * scale
-            changes[attr] = int(value) if attr.endswith("_ms") else value
-    return replace(config, **changes) if changes else config
-
-
-_missing_logged: set[str] = set()
-
-
-def _job_layer(module: str, function: str, *args: Any, **kwargs: Any) -> int | None:
-    """Call ``jobs.<module>.<function>`` when the job layer provides it; None when it does not (yet)."""
-    try:
-        fn = getattr(importlib.import_module(f"jobs.{module}"), function)
-    except (ImportError, AttributeError):
-        if module not in _missing_logged:
-            _missing_logged.add(module)
-            logger.info("Resync: jobs.%s.%s is not available; step skipped.", module, function)
-        return None
-    result = fn(*args, **kwargs)
-    return result if isinstance(result, int) else None
+    settings = settings or current_settings()
+    values = effective_values(engine, settings)
+    return Retention(
+        jobs=config.retention or effective_policy(engine, settings),
+        fire_retention_s=(
+            config.fire_retention_s
+            if config.fire_retention_s is not None
+            else float(values["retention.fires_days"]) * DAY_S
+        ),
+        dead_letter_retention_ms=(
+            config.dead_letter_retention_ms
+            if config.dead_letter_retention_ms is not None
+            else int(values["retention.dead_letters_days"] * DAY_S * 1000)
+        ),
+    )
 
 
 # Declaring ``periodic=`` needs the schedule middleware on the broker first (idempotent).

@@ -14,7 +14,7 @@ from webapp.gateway import ScheduleView
 from .conftest import Person, login
 from .fake_jobs import FakeJobs
 
-SECRET = "s3cr3t-webhook-value"
+SECRET = "whsec_czNjcjN0LXdlYmhvb2stdmFsdWUtczNjcjN0LXdlYmg="  # a Standard Webhooks secret
 
 
 @pytest.fixture(autouse=True)

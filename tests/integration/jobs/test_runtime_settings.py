@@ -14,11 +14,11 @@ from jobs import runtime_settings as rs
 from jobs.db import make_engine
 from jobs.runtime_settings_models import metadata
 from jobs.settings import Settings
-from tasks.maintenance import MaintenanceConfig, runtime_retention
+from tasks.maintenance import MaintenanceConfig, retention_in_force
 
 from .support import JobEnv
 
-SECRET = "do-not-print-me-0123"
+SECRET = "whsec_ZG8tbm90LXByaW50LW1lLTAxMjMtZG8tbm90LXByaW4="  # a Standard Webhooks secret (32 bytes)
 
 
 def test_migration_creates_the_table_as_the_model_declares(sqlite_env: JobEnv) -> None:
@@ -91,6 +91,11 @@ def test_secrets_are_never_returned_nor_logged(sqlite_env: JobEnv, caplog: pytes
     with pytest.raises(rs.SettingsInvalid) as caught:
         rs.put_settings(engine, {"notify.webhook_secret": ""}, 2, "root")
     assert SECRET not in str(caught.value.errors)
+    # not a Standard Webhooks secret: refused at save time (receivers could never verify it), not echoed
+    for bad in ("do-not-print-me-0123", "whsec_" + "QUJD" * 4, "whsec_" + SECRET[6:] + "$"):
+        with pytest.raises(rs.SettingsInvalid) as caught:
+            rs.put_settings(engine, {"notify.webhook_secret": bad}, 2, "root")
+        assert "Standard Webhooks" in caught.value.errors["notify.webhook_secret"] and bad not in str(caught.value)
     view = rs.put_settings(engine, {"notify.webhook_secret": None}, 2, "root")
     assert view["effective"]["notify.webhook_secret"] == {"set": False}
     assert SECRET not in caplog.text
@@ -126,17 +131,22 @@ def test_running_jobs_on_an_older_snapshot_are_counted(sqlite_env: JobEnv) -> No
 
 def test_the_resync_reads_saved_retention(sqlite_env: JobEnv) -> None:
     engine = sqlite_env.engine
-    base = MaintenanceConfig(fire_retention_s=60)
-    assert runtime_retention(engine, base) == base  # nothing saved: unchanged
+    settings = Settings(database_url=sqlite_env.url, broker_url=sqlite_env.url, retention_fires_days=3)
+    day_s = 86_400.0
+    # nothing saved: the environment's values (and the defaults)
+    in_force = retention_in_force(engine, MaintenanceConfig(), settings)
+    assert in_force.fire_retention_s == 3 * day_s and in_force.dead_letter_retention_ms == 7 * 86_400_000
+    assert in_force.jobs.jobs_s["succeeded"] == 7 * day_s and in_force.jobs.events_s == 30 * day_s
     rs.put_settings(
         engine,
         {"retention.finished_jobs_days": 2, "retention.events_days": None, "retention.dead_letters_days": 1},
         0,
         "root",
     )
-    config = runtime_retention(engine, base)
-    assert config.job_retention_s == 2 * 86400 and config.event_retention_s is None
-    assert config.dead_letter_retention_ms == 86_400_000 and config.fire_retention_s == 60
+    in_force = retention_in_force(engine, MaintenanceConfig(fire_retention_s=60), settings)
+    assert all(s == 2 * day_s for s in in_force.jobs.jobs_s.values()) and in_force.jobs.events_s == 30 * day_s
+    assert in_force.dead_letter_retention_ms == 86_400_000
+    assert in_force.fire_retention_s == 60  # an explicit MaintenanceConfig value wins
 
 
 def test_queue_pause_key_applies_on_the_broker(sqlite_env: JobEnv) -> None:

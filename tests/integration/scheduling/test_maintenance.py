@@ -61,3 +61,32 @@ def test_resync_reclaims_purges_prunes_and_refreshes_and_is_idempotent(
     # And a third run has nothing left to do
     again = run_resync(sched_broker, config=config)
     assert again.leases_reaped == 0 and again.dead_letters_purged == 0 and again.errors == ()
+
+
+def test_resync_prunes_finished_jobs_reports_and_counts_them(
+    scheduler: Scheduler, sched_broker: SQLiteBroker, sqlite_url: str
+) -> None:
+    import jobs
+    from jobs.registry import Registry
+    from jobs.settings import Settings
+    from monitoring.metrics import REGISTRY
+
+    # Given a job cancelled long ago, and a live job (it owns the newest event, which is never deleted)
+    registry = Registry()
+    registry.kind("noop", broker=sched_broker)(lambda ctx: None)
+    settings = Settings(database_url=sqlite_url, broker_url=sqlite_url)
+    engine = scheduler.engine
+    old = jobs.submit(engine, owner_id="u", kind="noop", registry=registry, settings=settings)
+    assert jobs.cancel(engine, old.id, by="u").job.status == "cancelled"
+    live = jobs.submit(engine, owner_id="u", kind="noop", registry=registry, settings=settings)
+    with sqlite3.connect(sqlite_url.removeprefix("sqlite:///")) as conn:
+        conn.execute("UPDATE jobs SET completed_at = 1 WHERE id = ?", (old.id,))
+    pruned_before = REGISTRY.get_sample_value("tenure_rows_pruned_total", {"table": "jobs"}) or 0.0
+    # When the resync runs (retention from the settings in force: cancelled jobs 30 days)
+    report = run_resync(sched_broker, config=MaintenanceConfig(fire_retention_s=3600))
+    # Then the old job and its events went, the live one stayed, and the counts say so
+    assert report.errors == () and report.jobs_pruned == 1 and (report.events_pruned or 0) >= 2
+    assert REGISTRY.get_sample_value("tenure_rows_pruned_total", {"table": "jobs"}) == pruned_before + 1
+    with sqlite3.connect(sqlite_url.removeprefix("sqlite:///")) as conn:
+        assert conn.execute("SELECT id FROM jobs").fetchall() == [(live.id,)]
+    assert run_resync(sched_broker, config=MaintenanceConfig(fire_retention_s=3600)).jobs_pruned == 0
