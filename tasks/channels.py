@@ -12,10 +12,18 @@ job payload, its config snapshot, its events or its error text::
     }
 
 The file is re-read when its modification time changes, so a rotated secret applies to the next attempt.
+
+The runtime setting ``notify.webhook_secret`` (``/ops/settings``, ``PUT /api/v1/settings``; saved in the
+database, write-only) signs every webhook channel when it is set, in place of the file's secrets, and a
+webhook channel may then omit ``secret`` in the file. It is read on every delivery attempt
+(:func:`webhook_endpoint`), so a saved rotation applies to the next attempt of any job; clearing it
+(``null``) returns to the file's secrets. Like the file's, it only ever lives in a :class:`Secret`.
 """
 
 from __future__ import annotations
 
+import binascii
+import dataclasses
 import json
 import ssl
 import threading
@@ -23,11 +31,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from jobs.runtime_settings import effective_values
+
 from .domain.control import DomainError
 from .domain.notify.mail import SmtpConfig
 from .domain.notify.secret import Secret
+from .domain.notify.signing import secret_key
 from .domain.notify.webhook import WebhookEndpoint
-from .runtime import task_settings
+from .runtime import domain_engine, task_settings
+
+#: The runtime setting that signs every webhook channel when set.
+WEBHOOK_SECRET_KEY = "notify.webhook_secret"
+#: What a webhook channel without a ``secret`` in the file holds until the runtime secret is applied.
+_NO_SECRET = Secret("")
 
 
 class ChannelError(DomainError):
@@ -76,7 +92,9 @@ def parse_channels(doc: dict[str, Any]) -> dict[str, Channel]:
             raise ChannelError(f"channel {name!r}: expected an object")
         try:
             if spec["type"] == "webhook":
-                out[name] = WebhookChannel(name, WebhookEndpoint(spec["url"], Secret(spec["secret"]), key=name))
+                # "secret" may be left out when the runtime setting notify.webhook_secret signs instead.
+                secret = Secret(spec["secret"]) if spec.get("secret") else _NO_SECRET
+                out[name] = WebhookChannel(name, WebhookEndpoint(spec["url"], secret, key=name))
             elif spec["type"] == "email":
                 context = None
                 if spec.get("ca_file"):
@@ -123,3 +141,34 @@ def channel(name: str) -> Channel:
     if found is None:
         raise ChannelError(f"no notification channel named {name!r}")
     return found
+
+
+def webhook_endpoint(ch: WebhookChannel, engine: Any = None) -> WebhookEndpoint:
+    """Where and how to deliver *ch* now: its URL, signed with the secret in force.
+
+    The secret in force is the saved runtime setting ``notify.webhook_secret`` when set (read now,
+    from the job database), else the channels file's. The value is wrapped in a :class:`Secret` at
+    once and never reaches a log line, an event, a payload or an error message.
+
+    Raises:
+      ChannelError: Neither secret is set, or the one in force is not a Standard Webhooks secret.
+    """
+    runtime = effective_values(engine if engine is not None else domain_engine(), task_settings()).get(
+        WEBHOOK_SECRET_KEY
+    )
+    if isinstance(runtime, str) and runtime:
+        endpoint = dataclasses.replace(ch.endpoint, secret=Secret(runtime))
+        source = f"the runtime setting {WEBHOOK_SECRET_KEY}"
+    else:
+        endpoint = ch.endpoint
+        source = f"channel {ch.name!r}'s secret"
+    if endpoint.secret is _NO_SECRET:
+        raise ChannelError(
+            f'channel {ch.name!r} has no secret: set "secret" in the channels file or the runtime '
+            f"setting {WEBHOOK_SECRET_KEY}"
+        )
+    try:
+        secret_key(endpoint.secret)  # what signing does: fail here with a clear reason instead
+    except (binascii.Error, ValueError):
+        raise ChannelError(f"{source} is not a Standard Webhooks secret (whsec_ + base64)") from None
+    return endpoint

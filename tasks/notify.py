@@ -1,6 +1,7 @@
 """Notification kinds: ``notify_webhook`` (Standard Webhooks) and ``notify_email`` (SMTP), one channel per job.
 
-Payloads name a channel of :mod:`tasks.channels`; its URL and secrets never enter the job:
+Payloads name a channel of :mod:`tasks.channels`; its URL and secrets (the channels file's, or the
+runtime setting ``notify.webhook_secret`` when set) never enter the job:
 
 - ``notify_webhook``: ``{"channel", "event_type", "data"}``. Safe to re-run: every attempt sends the
   same ``webhook-id`` (``msg_<job id>``) and byte-identical body, so a receiver dedupes a re-send
@@ -26,7 +27,7 @@ from sqlalchemy import Engine
 
 from jobs import JobContext, JobRecord, get_job, registry, submit
 
-from .channels import ChannelError, EmailChannel, WebhookChannel, channel
+from .channels import ChannelError, EmailChannel, WebhookChannel, channel, webhook_endpoint
 from .domain.control import DomainError
 from .domain.notify.breaker import CircuitBreaker
 from .domain.notify.mail import Email, send_email
@@ -75,7 +76,8 @@ def notify_webhook(ctx: JobContext, *, channel: str, event_type: str, data: Mapp
     # The envelope's timestamp is the job's creation: every re-send carries a byte-identical body.
     created = get_job(domain_engine(), ctx.job_id, owner_id=ctx.owner_id).created_at
     message = WebhookMessage.create(event_type, dict(data or {}), msg_id=f"msg_{ctx.job_id}", at=created)
-    outcome = deliver_webhook(ch.endpoint, message, breaker=breaker())
+    # The secret in force is read per attempt: a rotation saved in the runtime settings applies now.
+    outcome = deliver_webhook(webhook_endpoint(ch), message, breaker=breaker())
     ctx.event(
         "delivery_attempt",
         channel=channel,

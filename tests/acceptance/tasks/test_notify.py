@@ -138,3 +138,30 @@ def test_email_kind_is_not_safe_to_rerun() -> None:
 
     assert registry.get("notify_email").safe_to_rerun is False
     assert registry.get("notify_webhook").safe_to_rerun is True
+
+
+@pytest.mark.timeout(90)
+def test_a_webhook_secret_saved_in_the_runtime_settings_signs_the_next_delivery(
+    fleet: Fleet, receiver: WebhookReceiver
+) -> None:
+    from jobs import runtime_settings
+
+    # Given a channel signed with the file's secret, and a worker running
+    channels_file(fleet, {"hook": {"type": "webhook", "url": receiver.url("/hook"), "secret": receiver.secret}})
+    fleet.worker("main", ("notify",))
+    first = fleet.wait_terminal(fleet.submit("notify_webhook", {"channel": "hook", "event_type": "a", "data": {}}).id)
+    assert first.status == "succeeded" and receiver.received[-1].verified
+    file_secret = receiver.secret
+
+    # When an admin saves a new secret (the settings API's call), with no restart
+    rotated = new_secret().reveal()
+    runtime_settings.put_settings(fleet.engine, {"notify.webhook_secret": rotated}, 0, "root")
+    receiver.secret = rotated  # the receiver now only accepts the new one
+    second = fleet.wait_terminal(fleet.submit("notify_webhook", {"channel": "hook", "event_type": "b", "data": {}}).id)
+
+    # Then the next delivery verifies with the new secret; neither secret is in any job row, event or log
+    assert second.status == "succeeded", second.error
+    assert receiver.received[-1].verified, receiver.received[-1].error
+    for job in (first, second):
+        secret_nowhere(fleet, job.id, rotated)
+        secret_nowhere(fleet, job.id, file_secret)
