@@ -5,6 +5,7 @@ dramatiq.set_broker(SQLiteBroker("sqlite:///var/tenure.db"))
 """
 
 from .errors import DatabaseUnavailable, LeaseLost, UnsupportedDatabase
+from .expedite import expedite_delayed
 from .factory import make_broker
 from .rate_limits import SQLiteRateLimiterBackend
 from .results import SQLiteResultBackend
@@ -21,6 +22,7 @@ __all__ = [
     "SQLiteRateLimiterBackend",
     "SQLiteResultBackend",
     "UnsupportedDatabase",
+    "expedite_delayed",
     "make_broker",
     "schema_sql",
 ]

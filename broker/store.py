@@ -316,6 +316,28 @@ class MessageStore:
             ).rowcount
         return n
 
+    @staticmethod
+    def message_expedite(
+        conn: sqlite3.Connection, queue: str, option: str, values: Sequence[str], now: int
+    ) -> list[str]:
+        """Make DELAYED rows of *queue* whose message option *option* is one of *values* due now.
+
+        Returns the option values of the rows it changed (one entry per row). Only JSON-encoded
+        bodies can match (Dramatiq's default encoder); others are left as they are.
+        """
+        if not values or not option.replace("_", "").isalnum():
+            return []
+        path = f'$.options."{option}"'
+        marks = ", ".join("?" for _ in values)
+        rows = conn.execute(
+            "UPDATE broker_messages SET state = 0, eta = ? "
+            "WHERE queue = ? AND state = 3 AND json_valid(CAST(body AS TEXT)) "
+            f"AND json_extract(CAST(body AS TEXT), ?) IN ({marks}) "
+            "RETURNING json_extract(CAST(body AS TEXT), ?)",
+            (now, queue, path, *values, path),
+        ).fetchall()
+        return [str(r[0]) for r in rows]
+
     # -- leases ------------------------------------------------------------------------------------
     @staticmethod
     def lease_extend(conn: sqlite3.Connection, owner: str, row_ids: Sequence[int], now: int, lease_ttl_ms: int) -> int:
