@@ -1,16 +1,22 @@
-"""``cancel`` and ``retry``: the same answers from every entry point."""
+"""``cancel``, ``retry`` and ``run_now``: the same answers from every entry point."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from sqlalchemy import Engine
 
+from broker import SQLiteBroker, expedite_delayed
+
 from . import db, events, store
 from .errors import JobNotFound, JobNotRetryable
+from .publish import JOB_ID_OPTION, prepare_broker, publish_in_transaction, resolve_broker, same_sqlite_file
 from .records import JobRecord
 from .registry import Registry
+from .registry import registry as default_registry
 from .settings import Settings
 from .status import RETRYABLE_STATUSES, JobStatus
 from .submit import submit
@@ -158,3 +164,90 @@ def retry(
         retry_of_job_id=job.id,
         parent_job_id=job.parent_job_id,
     )
+
+
+def run_now(
+    engine: Engine,
+    job_ids: Iterable[str],
+    *,
+    by: str = "system",
+    registry: Registry | None = None,
+    broker: Any = None,
+) -> list[str]:
+    """Clear the wait of queued jobs (a retry's backoff, or a submit delay): each may start at once.
+
+    For the cause of a backoff that has gone away (the output root is writable again, say), so the
+    jobs it held back need not sit out their delay. Each job's ``run_after`` becomes now and a
+    ``run_now`` event is recorded. Its message becomes due in the same transaction: on the SQLite
+    broker on the job file, the delayed message row itself is made ready (and idle consumers are
+    woken after the commit); on any other broker a fresh message is published (through the outbox),
+    and the old delayed one arrives later as a duplicate delivery that the guarded claim skips (or
+    that starts a later backoff early: a backoff is a "not before" hint, see docs/jobs.md).
+
+    Parameters:
+      engine: The job database.
+      job_ids: The jobs; any that are not queued with a pending wait (running, finished, due already,
+        a workflow step waiting for its dependencies, unknown) are left alone.
+      by: Who asked (recorded in the event).
+      registry: Where the jobs' kinds (and so their brokers) are found.
+      broker: The broker for a kind this process does not know (default: Dramatiq's global one).
+
+    Returns:
+      The ids of the jobs that were waiting and may now run, in the order given.
+    """
+    ids = list(dict.fromkeys(job_ids))
+    if not ids:
+        return []
+    registry = registry or default_registry
+
+    def broker_of(kind: str) -> Any:
+        found = registry.find(kind)
+        return found.actor.broker if found is not None and found.actor is not None else resolve_broker(broker)
+
+    # Brokers are made ready before the write transaction opens (see prepare_broker).
+    with db.read(engine) as conn:
+        queued = [j for j in (store.job_get(conn, i) for i in ids) if j is not None and j.status == "queued"]
+    for job in queued:
+        prepare_broker(broker_of(job.kind), job.queue_name)
+    woken: dict[int, tuple[SQLiteBroker, set[str]]] = {}
+    with db.write(engine) as tx:
+        now = store.now_ms()
+        expedited = [j for j in (store.job_run_now(tx.conn, i, now) for i in ids) if j is not None]
+        groups: dict[tuple[int, str], list[store.ExpeditedJob]] = {}
+        brokers: dict[int, Any] = {}
+        for job in expedited:
+            b = broker_of(job.kind)
+            brokers[id(b)] = b
+            groups.setdefault((id(b), job.queue_name), []).append(job)
+        for (key, queue_name), group in groups.items():
+            b = brokers[key]
+            missing = group
+            if same_sqlite_file(tx.conn, b):
+                due = set(expedite_delayed(b, tx.conn, queue_name, option=JOB_ID_OPTION, values=[j.id for j in group]))
+                woken.setdefault(key, (b, set()))[1].add(queue_name)
+                missing = [j for j in group if j.id not in due]
+            for job in missing:  # another broker, or no delayed message to move: a fresh one
+                publish_in_transaction(
+                    tx.conn,
+                    b,
+                    job_id=job.id,
+                    actor_name=job.actor_name,
+                    queue_name=job.queue_name,
+                    priority=job.priority,
+                    delay_ms=0,
+                    now=now,
+                )
+        for job in expedited:
+            events.record(
+                tx,
+                job_id=job.id,
+                owner_id=job.owner_id,
+                sequence=job.sequence,
+                type_="run_now",
+                data={"by": by},
+                status="queued",
+                now=now,
+            )
+    for b, queues in woken.values():
+        b.wake(queues)
+    return [j.id for j in expedited]

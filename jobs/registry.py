@@ -27,6 +27,8 @@ from .errors import UnknownKind
 BACKOFF_CAP_S = 30.0
 #: Jitter: the delay is multiplied by a uniform factor in ``[1 - JITTER, 1 + JITTER]``.
 JITTER = 0.2
+#: What a workflow kind shows as its queue: its parent is driven by its steps and is on no queue.
+WORKFLOW_QUEUE = "workflow"
 #: Dramatiq's TimeLimit must never fire on a job actor: the job layer enforces ``timeout_s`` itself.
 ACTOR_TIME_LIMIT_MS = 10 * 365 * 24 * 3600 * 1000
 
@@ -51,6 +53,8 @@ class Kind:
       never_retry: Exception types that fail the job at once.
       max_attempts: Default attempts for this kind (None: the settings' default).
       timeout_s: Default per-attempt limit for this kind (None: the settings' default).
+      workflow: A workflow kind (:meth:`Registry.workflow`): ``fn(request, **payload)`` returns the
+        workflow's steps; submitting it creates a workflow parent and no Dramatiq actor runs it.
     """
 
     name: str
@@ -62,6 +66,7 @@ class Kind:
     max_attempts: int | None = None
     timeout_s: int | None = None
     actor: Any = field(default=None, compare=False)
+    workflow: bool = False
 
 
 class Registry:
@@ -126,6 +131,25 @@ class Registry:
                 timeout_s=timeout_s,
                 actor=actor,
             )
+            self.add(k)
+            return k
+
+        return decorator
+
+    def workflow(self, name: str | None = None) -> Callable[[Callable[..., Any]], Kind]:
+        """Decorator declaring a workflow kind: submitting it (from any entry point) creates a workflow.
+
+        ``fn(request, **payload)`` gets a :class:`jobs.workflows.WorkflowRequest` and the payload and
+        returns the workflow's first steps (:class:`jobs.workflows.Step`); a step may add more while it
+        completes (:func:`jobs.workflows.extend_workflow`). The payload's fields are ``fn``'s keyword
+        parameters, exactly as for a job kind, so forms and validation work the same.
+
+        Raises:
+          ValueError: The name is already registered to another function.
+        """
+
+        def decorator(fn: Callable[..., Any]) -> Kind:
+            k = Kind(name=name or fn.__name__, fn=fn, queue=WORKFLOW_QUEUE, safe_to_rerun=True, workflow=True)
             self.add(k)
             return k
 

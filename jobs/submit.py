@@ -74,7 +74,8 @@ def submit(
     Parameters:
       target: An Engine, or a Session whose transaction to join.
       owner_id: Who owns the job (idempotency keys and visibility are scoped by it).
-      kind: A registered kind (see :mod:`jobs.registry`).
+      kind: A registered kind (see :mod:`jobs.registry`); a workflow kind creates its workflow
+        (:func:`jobs.workflows.submit_workflow_kind`: priority, attempts and timeout apply per step).
       payload: JSON object passed to the kind's function as keyword arguments.
       resource: ``(type, id)`` of what the job works on, for listing and display.
       idempotency_key: Same key + same request → the existing job; scoped by (owner, kind).
@@ -97,6 +98,22 @@ def submit(
     """
     k = (registry or default_registry).get(kind)
     settings = settings or current_settings()
+    if k.workflow:  # one entry point for every kind: a workflow kind's submit creates its workflow
+        from .workflows import submit_workflow_kind  # late: workflows builds on this module
+
+        if delay:
+            raise ValueError("a workflow cannot be delayed: its first steps are queued at once")
+        return submit_workflow_kind(
+            target,
+            k,
+            owner_id=owner_id,
+            payload=payload,
+            resource=resource,
+            idempotency_key=idempotency_key,
+            registry=registry,
+            settings=settings,
+            retry_of_job_id=retry_of_job_id,
+        )
     row = new_job_row(
         owner_id=owner_id,
         kind=k.name,

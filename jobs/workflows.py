@@ -13,6 +13,15 @@
   ``cancelled`` once no step runs any more.
 - ``retry_workflow`` makes a NEW parent that re-runs only the steps that did not succeed; steps
   that succeeded are reused (their dependents depend on the old, succeeded rows).
+- A step may extend its own workflow while it completes (``extend_workflow`` inside its
+  ``result_transaction``): steps only known once it has run (one per imported segment, say) are
+  inserted with their edges in the transaction that records its success, so they exist iff it
+  succeeded, and those waiting for it are released by that same commit.
+- A workflow *kind* (``registry.workflow``) makes ``jobs.submit`` of that kind create a workflow, so
+  the API, the UI and Python submit one the same way (``submit_workflow_kind``).
+- The parent's payload describes every step (``{"steps": [{"name", "kind", "payload", "after",
+  "config"}]}``, extensions appended), which is what a retry re-runs from; its progress is the mean of
+  its steps' (a finished step counts 1).
 """
 
 from __future__ import annotations
@@ -23,13 +32,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Engine
+from sqlalchemy.orm import Session
 
 from . import db, events, store
-from .errors import JobNotFound, JobNotRetryable
+from .errors import JobCancelled, JobNotFound, JobNotRetryable
 from .notify import Notice
 from .publish import prepare_broker, publish_in_transaction, resolve_broker
 from .records import JobRecord
-from .registry import Registry
+from .registry import Kind, Registry
 from .registry import registry as default_registry
 from .settings import Settings, current_settings
 from .status import JobStatus
@@ -51,6 +61,65 @@ class Step:
     depends_on: Sequence[str] = ()
     max_attempts: int | None = None
     timeout_s: int | None = None
+    #: Extra entries for the step's config snapshot (``ctx.config``): instructions for the step that
+    #: are not part of its kind's payload (e.g. what a step should add when it extends the workflow).
+    config: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class WorkflowRequest:
+    """What a workflow kind's function gets besides the payload (see ``Registry.workflow``)."""
+
+    owner_id: str
+    kind: str
+    settings: Settings
+
+
+@dataclass(frozen=True)
+class Extension:
+    """What :func:`extend_workflow` did: the workflow and every step it now has."""
+
+    parent_id: str
+    #: Step name → job id, for every step of the workflow (existing, reused and new).
+    step_ids: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class StepView:
+    """One step of a workflow as :func:`workflow_graph` shows it."""
+
+    name: str
+    job: JobRecord
+    depends_on: tuple[str, ...]
+    #: A step of the workflow this one retries, reused because it had succeeded.
+    reused: bool
+
+
+def _describe(step: Step) -> dict[str, Any]:
+    """A step as the parent's payload keeps it (what a retry re-creates it from)."""
+    described: dict[str, Any] = {
+        "name": step.name,
+        "kind": step.kind,
+        "payload": dict(step.payload),
+        "after": sorted(step.depends_on),
+    }
+    if step.config:
+        described["config"] = dict(step.config)
+    return described
+
+
+def _step_from(described: Mapping[str, Any]) -> Step:
+    return Step(
+        described["name"],
+        described["kind"],
+        described["payload"],
+        tuple(described["after"]),
+        config=described.get("config") or {},
+    )
+
+
+def _step_name(row: store.JobRow) -> str:
+    return json.loads(row.config).get(STEP_KEY, row.id)
 
 
 def _check_dag(steps: Sequence[Step]) -> list[Step]:
@@ -88,7 +157,7 @@ def _check_dag(steps: Sequence[Step]) -> list[Step]:
 
 
 def submit_workflow(
-    engine: Engine,
+    target: Engine | Session,
     *,
     owner_id: str,
     name: str,
@@ -99,16 +168,20 @@ def submit_workflow(
     settings: Settings | None = None,
     retry_of_job_id: str | None = None,
     reused: Mapping[str, str] | None = None,
+    request: Mapping[str, Any] | None = None,
 ) -> JobRecord:
     """Create a workflow: its parent job, its steps and their dependencies, in one transaction.
 
     Parameters:
-      engine: The job database.
+      target: The job database, or a Session whose transaction to join (as for :func:`jobs.submit`).
       owner_id: Owner of the parent and every step.
       name: The workflow's kind (what lists show); need not be registered.
       steps: The DAG; every step's kind must be registered.
       resource, idempotency_key: As for :func:`jobs.submit` (the key is scoped by owner and *name*).
       reused: For retries: step name → id of an already succeeded step that satisfies dependencies.
+      request: The payload the workflow was submitted with (a workflow kind's): kept in the parent's
+        payload, and "the same request" for the idempotency key means the same *request* (default:
+        the same steps).
 
     Raises:
       ValueError: An invalid DAG (duplicate names, unknown dependency, cycle) or no steps.
@@ -125,18 +198,19 @@ def submit_workflow(
         raise ValueError("a workflow needs at least one step")
     order = _check_dag([*steps, *(Step(n, "") for n in reused)])
     order = [s for s in order if s.name not in reused]
-    kinds = {s.name: registry.get(s.kind) for s in order}
+    kinds = {s.name: _step_kind(registry, s) for s in order}
     snapshot = settings.job_snapshot()
-    description = [
-        {"name": s.name, "kind": s.kind, "payload": dict(s.payload), "after": sorted(s.depends_on)} for s in steps
-    ]
+    description = [_describe(s) for s in steps]
+    payload: dict[str, Any] = {"steps": description}
+    if request is not None:
+        payload["request"] = dict(request)
     parent = new_job_row(
         owner_id=owner_id,
         kind=name,
         actor_name="",
         queue_name="",
         safe_to_rerun=False,
-        payload={"steps": description},
+        payload=payload,
         resource=resource,
         idempotency_key=idempotency_key,
         priority=0,
@@ -145,7 +219,7 @@ def submit_workflow(
         timeout_s=settings.job_timeout_s,
         config={**snapshot, REUSED_KEY: reused} if reused else snapshot,
         retry_of_job_id=retry_of_job_id,
-        digest=request_digest(name, {"steps": description}, resource),
+        digest=request_digest(name, dict(request) if request is not None else {"steps": description}, resource),
     )
     for k in {id(k): k for k in kinds.values()}.values():
         prepare_broker(k.actor.broker, k.queue)
@@ -155,44 +229,220 @@ def submit_workflow(
         seq = store.job_workflow_start(tx.conn, parent_row["id"], now)
         assert seq is not None
         events.status_event(tx, job_id=parent_row["id"], owner_id=owner_id, sequence=seq, status="running", now=now)
-        ids: dict[str, str] = dict(reused)
-        for step in order:
-            k = kinds[step.name]
-            row = new_job_row(
-                owner_id=owner_id,
-                kind=k.name,
-                actor_name=k.actor.actor_name,
-                queue_name=k.actor.queue_name,
-                safe_to_rerun=k.safe_to_rerun,
-                payload=step.payload,
-                resource=resource,
-                idempotency_key=None,
-                priority=0,
-                delay=None,
-                max_attempts=step.max_attempts or k.max_attempts or settings.max_attempts,
-                timeout_s=step.timeout_s or k.timeout_s or settings.job_timeout_s,
-                config={**snapshot, STEP_KEY: step.name},
-                parent_job_id=parent_row["id"],
-            )
-            ids[step.name] = row["id"]
-            store.job_insert(tx.conn, row)
-            events.status_event(tx, job_id=row["id"], owner_id=owner_id, sequence=1, status="queued", now=now)
-            for dep in step.depends_on:
-                store.dependency_insert(tx.conn, row["id"], ids[dep])
-            if store.dependency_unmet_count(tx.conn, row["id"]) == 0:
-                publish_in_transaction(
-                    tx.conn,
-                    k.actor.broker,
-                    job_id=row["id"],
-                    actor_name=row["actor_name"],
-                    queue_name=row["queue_name"],
-                    priority=0,
-                    delay_ms=0,
-                    now=now,
-                )
+        _insert_steps(
+            tx,
+            parent_id=parent_row["id"],
+            owner_id=owner_id,
+            resource=resource,
+            snapshot=snapshot,
+            order=order,
+            kinds=kinds,
+            ids=dict(reused),
+            settings=settings,
+            now=now,
+        )
 
-    with db.write(engine) as tx:
+    if isinstance(target, Session):
+        return _submit_in(db.session_tx(target), parent, None, 0, after_insert=add_steps)
+    with db.write(target) as tx:
         return _submit_in(tx, parent, None, 0, after_insert=add_steps)
+
+
+def _step_kind(registry: Registry, step: Step) -> Kind:
+    kind = registry.get(step.kind)
+    if kind.workflow:
+        raise ValueError(f"step {step.name!r}: {step.kind!r} is a workflow kind; a step must be a job kind")
+    return kind
+
+
+def _insert_steps(
+    tx: db.Tx,
+    *,
+    parent_id: str,
+    owner_id: str,
+    resource: tuple[str, str] | None,
+    snapshot: Mapping[str, Any],
+    order: Sequence[Step],
+    kinds: Mapping[str, Kind],
+    ids: dict[str, str],
+    settings: Settings,
+    now: int,
+) -> dict[str, str]:
+    """Insert *order* (topologically sorted) as queued steps of *parent_id* with their edges; steps
+    whose dependencies have all succeeded get their message now. *ids* maps the names already known
+    (existing or reused steps) to job ids and is extended with the new ones."""
+    for step in order:
+        k = kinds[step.name]
+        row = new_job_row(
+            owner_id=owner_id,
+            kind=k.name,
+            actor_name=k.actor.actor_name,
+            queue_name=k.actor.queue_name,
+            safe_to_rerun=k.safe_to_rerun,
+            payload=step.payload,
+            resource=resource,
+            idempotency_key=None,
+            priority=0,
+            delay=None,
+            max_attempts=step.max_attempts or k.max_attempts or settings.max_attempts,
+            timeout_s=step.timeout_s or k.timeout_s or settings.job_timeout_s,
+            config={**snapshot, **dict(step.config), STEP_KEY: step.name},
+            parent_job_id=parent_id,
+        )
+        ids[step.name] = row["id"]
+        store.job_insert(tx.conn, row)
+        events.status_event(tx, job_id=row["id"], owner_id=owner_id, sequence=1, status="queued", now=now)
+        for dep in step.depends_on:
+            store.dependency_insert(tx.conn, row["id"], ids[dep])
+        if store.dependency_unmet_count(tx.conn, row["id"]) == 0:
+            publish_in_transaction(
+                tx.conn,
+                k.actor.broker,
+                job_id=row["id"],
+                actor_name=row["actor_name"],
+                queue_name=row["queue_name"],
+                priority=0,
+                delay_ms=0,
+                now=now,
+            )
+    return ids
+
+
+def submit_workflow_kind(
+    target: Engine | Session,
+    kind: Kind,
+    *,
+    owner_id: str,
+    payload: Mapping[str, Any] | None,
+    resource: tuple[str, str] | None = None,
+    idempotency_key: str | None = None,
+    registry: Registry | None = None,
+    settings: Settings | None = None,
+    retry_of_job_id: str | None = None,
+) -> JobRecord:
+    """Submit a workflow kind (what :func:`jobs.submit` does for one): its function builds the steps.
+
+    Raises:
+      ValueError: The payload does not fit the kind's function, or it built an invalid DAG.
+      UnknownKind, IdempotencyConflict: As for :func:`submit_workflow`.
+    """
+    settings = settings or current_settings()
+    request = dict(payload or {})
+    try:
+        steps = list(kind.fn(WorkflowRequest(owner_id, kind.name, settings), **request))
+    except TypeError as exc:  # an unknown or missing field (the web layer checks fields before this)
+        raise ValueError(f"the payload does not fit workflow {kind.name!r}: {exc}") from None
+    return submit_workflow(
+        target,
+        owner_id=owner_id,
+        name=kind.name,
+        steps=steps,
+        resource=resource,
+        idempotency_key=idempotency_key,
+        registry=registry,
+        settings=settings,
+        retry_of_job_id=retry_of_job_id,
+        request=request,
+    )
+
+
+def extend_workflow(
+    tx: Any,
+    job_id: str,
+    steps: Sequence[Step],
+    *,
+    registry: Registry | None = None,
+    settings: Settings | None = None,
+) -> Extension:
+    """Add *steps* to the workflow of step *job_id*, inside the transaction that completes that step.
+
+    Call it from the step's ``with ctx.result_transaction() as tx:`` block (pass *tx*, or its
+    Session), before ``tx.complete(...)``. The new steps, their edges and the parent's description
+    are written in that transaction: they exist iff the step succeeds. New steps may depend on any
+    step of the workflow (existing, reused by a retry, or new) — typically on the extending step
+    itself, whose success (same commit) then releases them; a new step whose dependencies have all
+    succeeded already gets its message at once. The steps take the workflow's config snapshot.
+
+    Parameters:
+      tx: The open :class:`~jobs.context.ResultTransaction` (or a Session) of step *job_id*.
+      job_id: The extending step (``ctx.job_id``).
+      steps: The steps to add; names must be new to the workflow.
+      registry: Where the steps' kinds are looked up.
+
+    Raises:
+      ValueError: *job_id* is not a workflow step, a name is taken, a dependency is unknown, a cycle.
+      UnknownKind: A step's kind is not registered.
+      JobCancelled: The workflow is stopping (failed or cancelled): nothing may be added, and the
+        step ends cancelled like the workflow's other steps.
+
+    Returns:
+      The workflow's id and, by name, every step it has after the extension.
+    """
+    registry = registry or default_registry
+    settings = settings or current_settings()
+    session = getattr(tx, "session", tx)
+    wtx = db.session_tx(session)
+    conn = wtx.conn
+    me = store.job_get(conn, job_id)
+    parent = None if me is None or me.parent_job_id is None else store.job_get_for_update(conn, me.parent_job_id)
+    if parent is None or parent.actor_name != "" or me is None:
+        raise ValueError(f"job {job_id} is not a step of a workflow")
+    if parent.status != JobStatus.RUNNING or parent.cancel_requested_at is not None:
+        raise JobCancelled()
+    config = json.loads(parent.config)
+    children = store.job_children(conn, parent.id)
+    ids: dict[str, str] = {**config.get(REUSED_KEY, {}), **{_step_name(c): c.id for c in children}}
+    taken = sorted(s.name for s in steps if s.name in ids)
+    if taken:
+        raise ValueError(f"the workflow already has steps named {', '.join(taken)}")
+    if not steps:
+        return Extension(parent.id, ids)
+    order = [s for s in _check_dag([*steps, *(Step(n, "") for n in ids)]) if s.name not in ids]
+    kinds = {s.name: _step_kind(registry, s) for s in order}
+    snapshot = {k: v for k, v in config.items() if k != REUSED_KEY}
+    now = store.now_ms()
+    resource = (parent.resource_type, parent.resource_id) if parent.resource_type is not None else None
+    _insert_steps(
+        wtx,
+        parent_id=parent.id,
+        owner_id=parent.owner_id,
+        resource=resource,  # type: ignore[arg-type]
+        snapshot=snapshot,
+        order=order,
+        kinds=kinds,
+        ids=ids,
+        settings=settings,
+        now=now,
+    )
+    payload = json.loads(parent.payload)
+    payload["steps"] = [*payload.get("steps", []), *(_describe(s) for s in steps)]
+    seq = store.job_workflow_extend(conn, parent.id, store.dumps(payload), now)
+    assert seq is not None  # the parent is running and locked
+    events.record(
+        wtx,
+        job_id=parent.id,
+        owner_id=parent.owner_id,
+        sequence=seq,
+        type_="workflow_extended",
+        data={"by": _step_name(me), "steps": [s.name for s in steps]},
+        status="running",
+        now=now,
+    )
+    _update_progress(wtx, parent, store.job_children(conn, parent.id), now)
+    return Extension(parent.id, ids)
+
+
+def _aggregate_progress(children: Sequence[store.JobRow]) -> float:
+    """The mean of the steps' progress, a finished step counting 1."""
+    if not children:
+        return 0.0
+    total = sum(1.0 if JobStatus(c.status).terminal else min(1.0, max(0.0, c.progress or 0.0)) for c in children)
+    return round(total / len(children), 4)
+
+
+def _update_progress(tx: db.Tx, parent: store.JobRow, children: Sequence[store.JobRow], now: int) -> None:
+    store.job_workflow_progress(tx.conn, parent.id, _aggregate_progress(children), now)
+    tx.notify(Notice(parent.id, parent.owner_id, "progress", "running", parent.event_seq))
 
 
 def on_job_finished(tx: db.Tx, job_id: str, status: str) -> None:
@@ -223,15 +473,13 @@ def on_job_finished(tx: db.Tx, job_id: str, status: str) -> None:
     done = [c for c in children if JobStatus(c.status).terminal]
     if all(c.status == JobStatus.SUCCEEDED for c in children):
         reused = json.loads(parent.config).get(REUSED_KEY, {})
-        steps = {**reused, **{json.loads(c.config).get(STEP_KEY, c.id): c.id for c in children}}
+        steps = {**reused, **{_step_name(c): c.id for c in children}}
         _finish_parent(tx, parent, "succeeded", store.dumps({"steps": steps}), None, now)
         return
-    store.job_workflow_progress(conn, parent_id, round(len(done) / max(1, len(children)), 4), now)
-    tx.notify(Notice(parent_id, parent.owner_id, "progress", "running", parent.event_seq))
+    _update_progress(tx, parent, children, now)
     if status != JobStatus.SUCCEEDED and not cancel_requested:
         step = next(c for c in children if c.id == job_id)
-        name = json.loads(step.config).get(STEP_KEY, step.id)
-        error = f"step {name} {status}" + (f": {step.error}" if step.error else "")
+        error = f"step {_step_name(step)} {status}" + (f": {step.error}" if step.error else "")
         _finish_parent(tx, parent, "failed", None, error[:500], now)
         _stop_steps(tx, children, now)
     elif cancel_requested and len(done) == len(children):
@@ -290,10 +538,15 @@ def workflow_steps(engine: Engine, parent_id: str, *, owner_id: str, is_admin: b
       JobNotFound: No such workflow, or another owner's.
     """
     with db.read(engine) as conn:
-        parent = store.job_get(conn, parent_id)
-        if parent is None or (not is_admin and parent.owner_id != owner_id):
-            raise JobNotFound()
+        _visible_parent(conn, parent_id, owner_id, is_admin)
         return [JobRecord.from_row(c) for c in store.job_children(conn, parent_id)]
+
+
+def _visible_parent(conn: Any, parent_id: str, owner_id: str, is_admin: bool) -> store.JobRow:
+    parent = store.job_get(conn, parent_id)
+    if parent is None or (not is_admin and parent.owner_id != owner_id):
+        raise JobNotFound()
+    return parent
 
 
 def retry_workflow(
@@ -316,19 +569,19 @@ def retry_workflow(
       The new parent's record.
     """
     with db.read(engine) as conn:
-        parent = store.job_get(conn, parent_id)
-        if parent is None or (not is_admin and parent.owner_id != by):
-            raise JobNotFound()
+        parent = _visible_parent(conn, parent_id, by, is_admin)
         children = store.job_children(conn, parent_id)
     if parent.status not in (JobStatus.FAILED, JobStatus.CANCELLED) or not children:
         raise JobNotRetryable(f"workflow {parent_id} is {parent.status}; only failed or cancelled workflows retry")
     if any(not JobStatus(c.status).terminal for c in children):
         raise JobNotRetryable(f"workflow {parent_id} still has running steps; retry once they have stopped")
-    old = json.loads(parent.payload)["steps"]
-    succeeded = {json.loads(c.config).get(STEP_KEY): c.id for c in children if c.status == JobStatus.SUCCEEDED}
+    payload = json.loads(parent.payload)
+    succeeded = {_step_name(c): c.id for c in children if c.status == JobStatus.SUCCEEDED}
     previously_reused = json.loads(parent.config).get(REUSED_KEY, {})
     reused = {**previously_reused, **succeeded}
-    steps = [Step(s["name"], s["kind"], s["payload"], tuple(s["after"])) for s in old if s["name"] not in reused]
+    # The description includes the steps earlier steps added (extend_workflow); a step that did not
+    # succeed never added its own, so re-running it adds them again.
+    steps = [_step_from(s) for s in payload["steps"] if s["name"] not in reused]
     resource = (parent.resource_type, parent.resource_id) if parent.resource_type is not None else None
     return submit_workflow(
         engine,
@@ -340,4 +593,37 @@ def retry_workflow(
         settings=settings,
         retry_of_job_id=parent.id,
         reused=reused,
+        request=payload.get("request"),
     )
+
+
+def workflow_graph(engine: Engine, parent_id: str, *, owner_id: str, is_admin: bool = False) -> dict[str, StepView]:
+    """The DAG of a workflow: step name → its job, the names it depends on, and whether it was reused.
+
+    Reused steps (a retry's succeeded steps of the workflow it retries) are included, so the graph is
+    the whole workflow as this parent runs it.
+
+    Raises:
+      JobNotFound: No such workflow, or another owner's.
+    """
+    with db.read(engine) as conn:
+        parent = _visible_parent(conn, parent_id, owner_id, is_admin)
+        children = store.job_children(conn, parent_id)
+        reused = json.loads(parent.config).get(REUSED_KEY, {})
+        rows = {c.id: c for c in children}
+        for job_id in reused.values():
+            row = store.job_get(conn, job_id)
+            if row is not None:
+                rows[row.id] = row
+        edges = store.dependency_list(conn, parent_id) + store.dependency_list_of_jobs(conn, list(reused.values()))
+    names = {**{job_id: name for name, job_id in reused.items()}, **{c.id: _step_name(c) for c in children}}
+    after: dict[str, list[str]] = {}
+    for job_id, dep in edges:
+        after.setdefault(job_id, []).append(names.get(dep, dep))
+    reused_ids = set(reused.values())
+    return {
+        names[job_id]: StepView(
+            names[job_id], JobRecord.from_row(row), tuple(sorted(after.get(job_id, ()))), job_id in reused_ids
+        )
+        for job_id, row in rows.items()
+    }

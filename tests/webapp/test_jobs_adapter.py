@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs import JobContext, Settings, schema
+from jobs import JobContext, Settings, Step, WorkflowRequest, schema, workflow_steps
 from jobs.db import make_engine
 from jobs.registry import Registry
 from webapp.errors import Conflict, Invalid, JobNotFoundError, NotFound
@@ -191,3 +191,26 @@ def test_output_files(gateway, tmp_path: Path) -> None:  # type: ignore[no-untyp
         gateway.output_file("1", job.id, "../../t.db")
     with pytest.raises(JobNotFoundError):
         gateway.output_file("2", job.id, "1-report.txt")
+
+
+def test_a_workflow_kind_is_listed_and_submitted_like_a_job_kind(gateway) -> None:  # type: ignore[no-untyped-def]
+    @gateway.registry.workflow("echo_twice")
+    def echo_twice(request: WorkflowRequest, *, text: str, times: int = 2) -> list[Step]:
+        """Echo, several times in a row."""
+        return [Step(f"echo-{n}", "echo", {"text": text}, [f"echo-{n - 1}"] if n else []) for n in range(times)]
+
+    kind = {k.name: k for k in gateway.kinds()}["echo_twice"]
+    assert (kind.title, kind.queue) == ("Echo, several times in a row", "workflow")
+    assert [(f.name, f.type, f.required) for f in kind.fields] == [
+        ("text", "string", True),
+        ("times", "integer", False),
+    ]
+    job, created = _submit(gateway, kind="echo_twice", key="w", text="hi", times=3)
+    assert created and job.status == "running" and job.kind == "echo_twice" and job.queue == "workflow"
+    steps = workflow_steps(gateway.engine, job.id, owner_id="1")
+    assert [s.kind for s in steps] == ["echo"] * 3 and {s.parent_job_id for s in steps} == {job.id}
+    again, created = _submit(gateway, kind="echo_twice", key="w", text="hi", times=3)
+    assert not created and again.id == job.id
+    with pytest.raises(Invalid) as bad:
+        _submit(gateway, kind="echo_twice", times="x")
+    assert set(bad.value.details) == {"text", "times"}

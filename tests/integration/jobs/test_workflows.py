@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 
 import pytest
 
@@ -165,3 +166,165 @@ def test_steps_finishing_together_release_their_dependent_once(env: JobEnv) -> N
         for t in threads:
             t.join(30)
         assert _messages_for(env, steps["d"].id) == 1
+
+
+def _declare_planner(env: JobEnv) -> list[str]:
+    """``plan``: a step that adds ``n`` workers after itself and a ``join`` after them, as it completes.
+
+    Returns the list the workflow ids it extended are appended to.
+    """
+    _declare(env)
+    parents: list[str] = []
+
+    def plan(ctx: JobContext, n: int) -> int:
+        with ctx.result_transaction() as tx:
+            workers = [Step(f"w{i}", "maybe_fail", {"v": i}, depends_on=["plan"]) for i in range(n)]
+            join = Step("join", "ok", {"v": 99}, depends_on=[w.name for w in workers], config={"note": "fan-in"})
+            extension = jobs.extend_workflow(tx, ctx.job_id, [*workers, join], registry=env.registry)
+            assert set(extension.step_ids) == {"plan", "join", *(w.name for w in workers)}
+            parents.append(extension.parent_id)
+            if (env.tmp_path / "break-plan").exists():
+                raise RuntimeError("planner broke after extending")  # rolls the extension back
+            tx.complete(n)
+        return n
+
+    env.declare("plan", plan, max_attempts=1)
+    return parents
+
+
+def test_a_step_extends_its_workflow_as_it_completes(env: JobEnv) -> None:
+    parents = _declare_planner(env)
+    parent = submit_workflow(env.engine, owner_id="u1", name="planned", steps=[Step("plan", "plan", {"n": 3})],
+                             registry=env.registry, settings=env.settings)  # fmt: skip
+    _run_step(env, _steps(env, parent.id)["plan"].id)
+
+    # The new steps exist, wired after the planner; those waiting only for it got their message in its commit
+    steps = _steps(env, parent.id)
+    assert parents == [parent.id]
+    assert sorted(steps) == ["join", "plan", "w0", "w1", "w2"]
+    assert [_messages_for(env, steps[n].id) for n in ("w0", "w1", "w2", "join")] == [1, 1, 1, 0]
+    graph = jobs.workflow_graph(env.engine, parent.id, owner_id="u1")
+    assert graph["w1"].depends_on == ("plan",) and graph["join"].depends_on == ("w0", "w1", "w2")
+    assert all(s.job.parent_job_id == parent.id and not s.reused for s in graph.values())
+    assert json.loads(env.row(steps["join"].id).config)["note"] == "fan-in"
+    described = json.loads(env.row(parent.id).payload)["steps"]
+    assert [s["name"] for s in described] == ["plan", "w0", "w1", "w2", "join"]
+    extended = [e for e in jobs.job_events(env.engine, parent.id, owner_id="u1") if e.type == "workflow_extended"]
+    assert [e.data for e in extended] == [{"by": "plan", "steps": ["w0", "w1", "w2", "join"]}]
+    # progress is the mean of the steps': 1 of 5 finished
+    assert jobs.get_job(env.engine, parent.id, owner_id="u1").progress == 0.2
+
+    for name in ("w0", "w1", "w2"):
+        _run_step(env, steps[name].id)
+    assert _messages_for(env, steps["join"].id) == 1  # fan-in over the added steps
+    _run_step(env, steps["join"].id)
+    done = jobs.get_job(env.engine, parent.id, owner_id="u1")
+    assert done.status == "succeeded" and done.result == {"steps": {n: s.id for n, s in steps.items()}}
+
+
+def test_an_extension_commits_only_with_its_step(env: JobEnv) -> None:
+    _declare_planner(env)
+    (env.tmp_path / "break-plan").touch()
+    parent = submit_workflow(env.engine, owner_id="u1", name="planned", steps=[Step("plan", "plan", {"n": 2})],
+                             registry=env.registry, settings=env.settings)  # fmt: skip
+    _run_step(env, _steps(env, parent.id)["plan"].id)
+    assert sorted(_steps(env, parent.id)) == ["plan"]  # nothing was added
+    assert json.loads(env.row(parent.id).payload)["steps"][0]["name"] == "plan"
+    failed = jobs.get_job(env.engine, parent.id, owner_id="u1")
+    assert failed.status == "failed" and "step plan failed" in (failed.error or "")
+
+    # The retry re-runs the planner, whose extension now commits: the whole DAG runs
+    (env.tmp_path / "break-plan").unlink()
+    again = jobs.retry(env.engine, parent.id, by="u1", registry=env.registry, settings=env.settings)
+    _run_step(env, _steps(env, again.id)["plan"].id)
+    steps = _steps(env, again.id)
+    for name in ("w0", "w1", "join"):
+        _run_step(env, steps[name].id)
+    assert jobs.get_job(env.engine, again.id, owner_id="u1").status == "succeeded"
+
+
+def test_retry_after_an_extension_reruns_only_the_added_steps_that_failed(env: JobEnv) -> None:
+    _declare_planner(env)
+    parent = submit_workflow(env.engine, owner_id="u1", name="planned", steps=[Step("plan", "plan", {"n": 2})],
+                             registry=env.registry, settings=env.settings)  # fmt: skip
+    _run_step(env, _steps(env, parent.id)["plan"].id)
+    steps = _steps(env, parent.id)
+    _run_step(env, steps["w0"].id)
+    (env.tmp_path / "fail").touch()
+    _run_step(env, steps["w1"].id)  # fails fast: join is cancelled
+    assert jobs.get_job(env.engine, parent.id, owner_id="u1").status == "failed"
+    assert env.row(steps["join"].id).status == "cancelled"
+
+    (env.tmp_path / "fail").unlink()
+    again = jobs.retry(env.engine, parent.id, by="u1", registry=env.registry, settings=env.settings)
+    new_steps = _steps(env, again.id)
+    assert sorted(new_steps) == ["join", "w1"]  # the planner is not re-run, so it adds nothing twice
+    assert [_messages_for(env, new_steps[n].id) for n in ("w1", "join")] == [1, 0]
+    graph = jobs.workflow_graph(env.engine, again.id, owner_id="u1")
+    assert {n for n, s in graph.items() if s.reused} == {"plan", "w0"}
+    assert graph["w0"].depends_on == ("plan",) and graph["join"].depends_on == ("w0", "w1")
+    assert json.loads(env.row(new_steps["join"].id).config)["note"] == "fan-in"  # the step's config survives
+    _run_step(env, new_steps["w1"].id)
+    _run_step(env, new_steps["join"].id)
+    done = jobs.get_job(env.engine, again.id, owner_id="u1")
+    assert done.status == "succeeded"
+    assert done.result == {"steps": {"plan": steps["plan"].id, "w0": steps["w0"].id,
+                                     "w1": new_steps["w1"].id, "join": new_steps["join"].id}}  # fmt: skip
+
+
+def test_extending_is_refused_outside_a_running_workflow(env: JobEnv) -> None:
+    _declare(env)
+    seen: list[BaseException] = []
+
+    def adds(name: str) -> Callable[[JobContext], None]:
+        """A kind that tries to add a step called *name* as it completes, and completes either way."""
+
+        def fn(ctx: JobContext) -> None:
+            with ctx.result_transaction() as tx:
+                try:
+                    jobs.extend_workflow(tx, ctx.job_id, [Step(name, "ok", {"v": 1})], registry=env.registry)
+                except ValueError as exc:
+                    seen.append(exc)
+                tx.complete(None)
+
+        return fn
+
+    env.declare("lone", adds("x"))
+    env.declare("rename", adds("a"))
+    job = env.submit("lone")
+    _run_step(env, job.id)
+    parent = submit_workflow(env.engine, owner_id="u1", name="wf", steps=[Step("a", "rename")],
+                             registry=env.registry, settings=env.settings)  # fmt: skip
+    _run_step(env, _steps(env, parent.id)["a"].id)
+    assert [str(e) for e in seen] == [
+        f"job {job.id} is not a step of a workflow",
+        "the workflow already has steps named a",
+    ]
+    assert jobs.get_job(env.engine, parent.id, owner_id="u1").status == "succeeded"
+
+
+def test_a_workflow_kind_is_submitted_like_any_kind(env: JobEnv) -> None:
+    _declare_planner(env)
+
+    @env.registry.workflow("planned_kind")
+    def planned_kind(request: jobs.WorkflowRequest, *, n: int = 2) -> list[Step]:
+        """A planner and what it plans."""
+        assert request.owner_id == "u1" and request.kind == "planned_kind"
+        return [Step("plan", "plan", {"n": n})]
+
+    first = env.submit("planned_kind", payload={"n": 1}, idempotency_key="k1")
+    assert first.created and first.kind == "planned_kind" and first.status == "running"
+    again = env.submit("planned_kind", payload={"n": 1}, idempotency_key="k1")
+    assert again.id == first.id and not again.created
+    with pytest.raises(jobs.IdempotencyConflict):
+        env.submit("planned_kind", payload={"n": 5}, idempotency_key="k1")
+    with pytest.raises(ValueError, match="does not fit"):
+        env.submit("planned_kind", payload={"nope": 1})
+    with pytest.raises(ValueError, match="cannot be delayed"):
+        env.submit("planned_kind", payload={}, delay=5)
+    assert json.loads(env.row(first.id).payload)["request"] == {"n": 1}
+    _run_step(env, _steps(env, first.id)["plan"].id)
+    steps = _steps(env, first.id)
+    for name in ("w0", "join"):
+        _run_step(env, steps[name].id)
+    assert jobs.get_job(env.engine, first.id, owner_id="u1").status == "succeeded"
