@@ -3,7 +3,8 @@
 The web app wires them to HTTP (``/api/health/live`` → :func:`live`, ``/api/health/ready`` →
 :func:`ready` summary, ``/api/health`` → :func:`ready` with details, admin only)::
 
-    report = ready(standard_checks(broker=broker, database=jobs_db_check, output_dir=settings.output_dir))
+    report = ready(standard_checks(broker=broker, database=jobs_db_check, output_dir=settings.output_dir,
+                                   output_roots=lambda: degraded_output_roots(engine)))
     return report.to_dict(details=is_admin), report.http_status
 
 A check is a callable that returns a short detail string (or ``None``) when the component is fine
@@ -151,6 +152,21 @@ def directory_writable_check(path: str | os.PathLike[str]) -> Check:
     return check
 
 
+def output_roots_check(degraded: Callable[[], Mapping[str, str]]) -> Check:
+    """No output root is degraded in the write gate's shared state (every worker refuses writes under
+    a degraded root until a probe finds it writable again). *degraded* returns root → cached error."""
+
+    def check() -> str | None:
+        roots = degraded()
+        if roots:
+            raise RuntimeError(
+                "; ".join(f"output root {root} is degraded: {error}" for root, error in sorted(roots.items()))
+            )
+        return "no output root is degraded"
+
+    return check
+
+
 def database_check(at_head: Callable[[], object]) -> Check:
     """Wrap the job layer's "database reachable and at the head revision" callable.
 
@@ -179,6 +195,7 @@ def standard_checks(
     broker: Any = None,
     database: Callable[[], object] | None = None,
     output_dir: str | os.PathLike[str] | None = None,
+    output_roots: Callable[[], Mapping[str, str]] | None = None,
 ) -> dict[str, Check]:
     """The readiness checks Tenure's web app runs; components not given are left out."""
     checks: dict[str, Check] = {}
@@ -188,4 +205,6 @@ def standard_checks(
         checks["broker"] = broker_check(broker)
     if output_dir is not None:
         checks["output_dir"] = directory_writable_check(output_dir)
+    if output_roots is not None:
+        checks["output_roots"] = output_roots_check(output_roots)
     return checks

@@ -4,6 +4,9 @@ Payload: ``{"folder": "/path/to/recording"}`` (or ``{"files": [...segment paths.
 Result: ``{"session_id", "created", "room_id", "title", "duration_s", "segments": [...], "danmaku": {...},
 "warnings": [...]}``. Safe to re-run: it only reads the recording and upserts the session by its
 recorder key, so a re-import (or a retry after a crash) gives the same session.
+
+As the first step of a recording pipeline it also adds the pipeline's next steps (a transcribe per
+imported segment, then the highlight render) in the same transaction (:mod:`tasks.pipeline`).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from . import store
 from .domain.control import Cancelled
 from .domain.recording.danmaku import HostileXml
 from .domain.recording.importer import RecordingError, import_recording
+from .pipeline import PipelineError, extend_after_import
 from .runtime import Reporter, hinted_backoff
 
 #: Queue of the import kind.
@@ -30,7 +34,7 @@ QUEUE = "default"
     safe_to_rerun=True,
     backoff=hinted_backoff,
     # Re-reading the same files gives the same answer: these fail the job at once.
-    never_retry=(RecordingError, HostileXml, FileNotFoundError, NotADirectoryError),
+    never_retry=(RecordingError, HostileXml, FileNotFoundError, NotADirectoryError, PipelineError),
 )
 def import_recording_job(ctx: JobContext, *, folder: str | None = None, files: list[str] | None = None) -> Any:
     """Import a recording folder (or uploaded segment files) as one session.
@@ -82,5 +86,6 @@ def import_recording_job(ctx: JobContext, *, folder: str | None = None, files: l
             },
             "warnings": [dataclasses.asdict(w) for w in imported.warnings],
         }
+        extend_after_import(ctx, tx, result)  # a pipeline step: its next steps commit with its result
         tx.complete(result)
     return result

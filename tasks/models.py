@@ -9,7 +9,11 @@
   one row per (session, segment, range), replaced by a newer transcription of the same range.
 - ``clips``: rendered clips; the row is written in the render job's result transaction, so it
   exists iff the job succeeded, and names only files that exist (per-attempt names).
-- ``pipeline_steps``: the recording pipeline's DAG: which job runs which step and what it waits for.
+- ``output_root_health``: the output-root write gate's shared state, one row per root that ever
+  degraded (revision ``0006``): degraded or healthy, the cached error, when it degraded, when the
+  next probe is due and when the last one ran. ``output_root_blocked_jobs``: the jobs refused while
+  a root is degraded (run at once when it recovers). The recording pipeline's DAG is in the job
+  tables (workflows); revision ``0006`` drops the old ``pipeline_steps``.
 - ``endpoint_health``: the notification circuit breaker's shared state; its definition is the
   domain's (:data:`tasks.domain.notify.store.endpoint_health`), mirrored here for the migration.
 
@@ -169,20 +173,37 @@ class Clip(Base):
     )
 
 
-class PipelineStep(Base):
-    """One step of a recording pipeline: the job that runs it and the steps it waits for."""
+class OutputRootHealth(Base):
+    """The write gate of one output root, shared by every worker process (times: Unix seconds)."""
 
-    __tablename__ = "pipeline_steps"
+    __tablename__ = "output_root_health"
 
-    pipeline_job_id: Mapped[str] = mapped_column(String(32), primary_key=True)
-    step: Mapped[str] = mapped_column(String(100), primary_key=True)
-    job_id: Mapped[str] = mapped_column(String(32))
-    kind: Mapped[str] = mapped_column(String(200))
-    depends_on: Mapped[str] = mapped_column(Text)  # JSON list of step names
-    reused: Mapped[bool] = mapped_column(Boolean)  # a retry took this step's job from the failed run
-    created_at: Mapped[int] = mapped_column(BigInteger)
+    root: Mapped[str] = mapped_column(String(1024), primary_key=True)
+    state: Mapped[str] = mapped_column(String(16))
+    error: Mapped[str | None] = mapped_column(Text)
+    degraded_since: Mapped[float | None] = mapped_column(Float)
+    next_probe_at: Mapped[float | None] = mapped_column(Float)
+    last_probe_at: Mapped[float | None] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
 
-    __table_args__ = (Index("ix_pipeline_steps_job", "job_id"),)
+    __table_args__ = (
+        CheckConstraint("state IN ('healthy', 'degraded')", name="state"),
+        # degraded iff it has a since and a next probe time; a healthy root caches no error
+        CheckConstraint(
+            "(state = 'degraded') = (degraded_since IS NOT NULL AND next_probe_at IS NOT NULL)", name="degraded_times"
+        ),
+        CheckConstraint("state = 'degraded' OR error IS NULL", name="error_iff_degraded"),
+    )
+
+
+class OutputRootBlockedJob(Base):
+    """A job refused while its output root was degraded (cleared, and the job run at once, on recovery)."""
+
+    __tablename__ = "output_root_blocked_jobs"
+
+    root: Mapped[str] = mapped_column(String(1024), primary_key=True)
+    job_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    blocked_at: Mapped[float] = mapped_column(Float)
 
 
 metadata = Base.metadata

@@ -11,6 +11,9 @@ ffmpeg's scratch directory (the renderer), and the clip row is written with the 
 published result names only files that exist. Cancellation kills ffmpeg's process group; a worker
 killed mid-render takes ffmpeg with it (parent-death signal) and leaves a scratch directory that the
 resync removes (:func:`tasks.outputs.clean_partial_outputs`). Safe to re-run.
+
+As a step of a recording pipeline it also adds the pipeline's notifications (one per channel,
+carrying the clip) in its result transaction (:mod:`tasks.pipeline`).
 """
 
 from __future__ import annotations
@@ -24,7 +27,9 @@ from . import store
 from .domain.control import Cancelled, DomainError
 from .domain.media.render import RenderError, RenderOptions, render_clip
 from .domain.media.subtitles import Cue
-from .runtime import Reporter, domain_engine, gated_write, hinted_backoff, task_settings
+from .output_gate import gated_write
+from .pipeline import PipelineError, extend_after_render
+from .runtime import Reporter, domain_engine, hinted_backoff, task_settings
 
 #: Queue of the render kind.
 QUEUE = "render"
@@ -54,7 +59,7 @@ def session_cues(session_id: str) -> list[Cue]:
     queue=QUEUE,
     safe_to_rerun=True,
     backoff=hinted_backoff,
-    never_retry=(SessionNotFound, RenderError, FileNotFoundError),
+    never_retry=(SessionNotFound, RenderError, FileNotFoundError, PipelineError),
 )
 def render_clip_job(
     ctx: JobContext,
@@ -130,5 +135,6 @@ def render_clip_job(
         clip_id = store.clip_insert(tx.connection, job_id=ctx.job_id, attempt=ctx.attempt, **values)
         result = {k: v for k, v in values.items() if k != "thumbnail_path"}
         result.update(clip_id=clip_id, thumbnail=values["thumbnail_path"])
+        extend_after_render(ctx, tx, result)  # a pipeline step: its notifications commit with its result
         tx.complete(result)
     return result

@@ -4,30 +4,43 @@ One function per query, named entity-first. Callers pass the connection: writes 
 job's ``result_transaction`` (``tx.connection``), so the domain rows and the job's result commit
 together or not at all; reads take a short read transaction of their own. Rows come back as frozen
 dataclasses. The breaker's ``endpoint_health`` SQL lives with the breaker
-(:class:`tasks.domain.notify.store.SQLBreakerStore`), on the same table.
+(:class:`tasks.domain.notify.store.SQLBreakerStore`), on the same table. The output-root write gate's
+shared state is :class:`SQLGateStore` (tables ``output_root_health``, ``output_root_blocked_jobs``).
 """
 
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, delete, insert, select
+from sqlalchemy import Connection, Engine, delete, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
+from jobs import db
 from jobs.store import now_ms
 
 from .domain.recording.importer import RecordingSession as ImportedSession
-from .models import Clip, DanmakuStats, PipelineStep, RecordingSegment, RecordingSession, Transcript
+from .domain.write_gate import GateRecord
+from .models import (
+    Clip,
+    DanmakuStats,
+    OutputRootBlockedJob,
+    OutputRootHealth,
+    RecordingSegment,
+    RecordingSession,
+    Transcript,
+)
 
 _sessions = RecordingSession.__table__
 _segments = RecordingSegment.__table__
 _danmaku = DanmakuStats.__table__
 _transcripts = Transcript.__table__
 _clips = Clip.__table__
-_steps = PipelineStep.__table__
+_gates = OutputRootHealth.__table__
+_blocked = OutputRootBlockedJob.__table__
 
 
 @dataclass(frozen=True)
@@ -77,17 +90,6 @@ class TranscriptRow:
     cues: list[dict[str, Any]]
     srt_path: str
     job_id: str
-    created_at: int
-
-
-@dataclass(frozen=True)
-class StepRow:
-    pipeline_job_id: str
-    step: str
-    job_id: str
-    kind: str
-    depends_on: tuple[str, ...]
-    reused: bool
     created_at: int
 
 
@@ -248,29 +250,116 @@ def clip_paths(conn: Connection) -> set[str]:
     return out
 
 
-# -- pipeline steps -----------------------------------------------------------------------------------
-def pipeline_step_insert(
-    conn: Connection, *, pipeline_job_id: str, step: str, job_id: str, kind: str, depends_on: list[str], reused: bool
-) -> bool:
-    """Record a step of a pipeline (idempotent: an existing step row is kept). Returns whether it was new."""
-    stmt = (
-        _insert(conn, _steps)
-        .values(
-            pipeline_job_id=pipeline_job_id,
-            step=step,
-            job_id=job_id,
-            kind=kind,
-            depends_on=json.dumps(depends_on),
-            reused=reused,
-            created_at=now_ms(),
-        )
-        .on_conflict_do_nothing(index_elements=["pipeline_job_id", "step"])
-    )
-    return conn.execute(stmt).rowcount == 1
+# -- output-root write gate (shared by every worker process) ------------------------------------------
+class SQLGateStore:
+    """The write gate's :class:`~tasks.domain.write_gate.GateStore` in the job database.
+
+    Each method is one short transaction; every decision (a transition, the probe claim) is one
+    conditional UPDATE, so of several processes exactly one wins it. Writes go through
+    :func:`jobs.db.write` (``BEGIN IMMEDIATE`` on SQLite, queued behind this process's other writers).
+    Times are the gate's clock: Unix seconds.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def gate_get(self, root: str) -> GateRecord | None:
+        with db.read(self.engine) as conn:
+            row = conn.execute(select(_gates).where(_gates.c.root == root)).one_or_none()
+        return None if row is None else _gate_record(row)
+
+    def gate_degrade(self, root: str, error: str, now: float, next_probe_at: float, job_id: str | None) -> bool:
+        with db.write(self.engine) as tx:
+            conn = tx.conn
+            conn.execute(
+                _insert(conn, _gates)
+                .values(root=root, state="healthy", updated_at=now)
+                .on_conflict_do_nothing(index_elements=["root"])
+            )
+            changed = conn.execute(
+                update(_gates)
+                .where(_gates.c.root == root, _gates.c.state == "healthy")
+                .values(
+                    state="degraded",
+                    error=error[:MAX_GATE_ERROR_CHARS],
+                    degraded_since=now,
+                    next_probe_at=next_probe_at,
+                    updated_at=now,
+                )
+            ).rowcount
+            if job_id is not None:
+                _block(conn, root, job_id, now)
+        return changed == 1
+
+    def gate_block(self, root: str, job_id: str) -> None:
+        with db.write(self.engine) as tx:
+            _block(tx.conn, root, job_id, time.time())
+
+    def gate_claim_probe(self, root: str, now: float, next_probe_at: float) -> bool:
+        with db.write(self.engine) as tx:
+            claimed = tx.conn.execute(
+                update(_gates)
+                .where(_gates.c.root == root, _gates.c.state == "degraded", _gates.c.next_probe_at <= now)
+                .values(next_probe_at=next_probe_at, last_probe_at=now, updated_at=now)
+            ).rowcount
+        return claimed == 1
+
+    def gate_probe_failed(self, root: str, error: str, now: float) -> None:
+        with db.write(self.engine) as tx:
+            tx.conn.execute(
+                update(_gates)
+                .where(_gates.c.root == root, _gates.c.state == "degraded")
+                .values(error=error[:MAX_GATE_ERROR_CHARS], updated_at=now)
+            )
+
+    def gate_recover(self, root: str, now: float) -> tuple[bool, frozenset[str], float | None]:
+        with db.write(self.engine) as tx:
+            conn = tx.conn
+            # Locked (SQLite: the write lock taken at BEGIN): nobody recovers or degrades it in between.
+            since = conn.execute(
+                select(_gates.c.degraded_since)
+                .where(_gates.c.root == root, _gates.c.state == "degraded")
+                .with_for_update()
+            ).scalar_one_or_none()
+            if since is None:
+                return False, frozenset(), None
+            conn.execute(
+                update(_gates)
+                .where(_gates.c.root == root, _gates.c.state == "degraded")
+                .values(state="healthy", error=None, degraded_since=None, next_probe_at=None, updated_at=now)
+            )
+            blocked = conn.execute(delete(_blocked).where(_blocked.c.root == root).returning(_blocked.c.job_id))
+            blocked_ids = frozenset(r[0] for r in blocked)
+        return True, blocked_ids, float(since)
+
+    def gate_blocked(self, root: str) -> frozenset[str]:
+        with db.read(self.engine) as conn:
+            return frozenset(r[0] for r in conn.execute(select(_blocked.c.job_id).where(_blocked.c.root == root)))
+
+    def gate_degraded(self) -> dict[str, str]:
+        with db.read(self.engine) as conn:
+            rows = conn.execute(select(_gates.c.root, _gates.c.error).where(_gates.c.state == "degraded"))
+            return {r.root: r.error or "" for r in rows}
 
 
-def pipeline_step_list(conn: Connection, pipeline_job_id: str) -> list[StepRow]:
-    rows = conn.execute(
-        select(_steps).where(_steps.c.pipeline_job_id == pipeline_job_id).order_by(_steps.c.created_at, _steps.c.step)
+#: The cached error is truncated to this many characters.
+MAX_GATE_ERROR_CHARS = 500
+
+
+def _block(conn: Connection, root: str, job_id: str, now: float) -> None:
+    conn.execute(
+        _insert(conn, _blocked)
+        .values(root=root, job_id=job_id, blocked_at=now)
+        .on_conflict_do_nothing(index_elements=["root", "job_id"])
     )
-    return [StepRow(**{**r, "depends_on": tuple(json.loads(r["depends_on"]))}) for r in rows.mappings()]
+
+
+def _gate_record(row: Any) -> GateRecord:
+    return GateRecord(
+        root=row.root,
+        state=row.state,
+        error=row.error,
+        degraded_since=row.degraded_since,
+        next_probe_at=row.next_probe_at,
+        last_probe_at=row.last_probe_at,
+    )

@@ -27,7 +27,8 @@ from .domain.asr.audio import NoAudio
 from .domain.asr.model import MODELS, ModelConfig, ModelUnavailable
 from .domain.asr.transcribe import transcribe
 from .domain.control import Cancelled, DomainError
-from .runtime import Reporter, domain_engine, gated_write, hinted_backoff, task_settings
+from .output_gate import gated_write
+from .runtime import Reporter, domain_engine, hinted_backoff, task_settings
 
 logger = logging.getLogger(__name__)
 

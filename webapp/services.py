@@ -51,9 +51,18 @@ class Services:
         except OSError:
             pass  # the output_dir check reports it
         checks = health.standard_checks(
-            broker=self.broker, database=self._database_at_head, output_dir=self.output_root
+            broker=self.broker,
+            database=self._database_at_head,
+            output_dir=self.output_root,
+            # The write gate's state (shared by every worker) lives in a migrated job database only.
+            output_roots=self._degraded_output_roots if self.migrations_dir is not None else None,
         )
         return health.ready(checks)
+
+    def _degraded_output_roots(self) -> dict[str, str]:
+        from monitoring.store import degraded_output_roots
+
+        return degraded_output_roots(self.engine)
 
     def _database_at_head(self) -> str:
         if self.migrations_dir is None:  # tests without migrations: reachability only

@@ -9,16 +9,19 @@ successful probe returns the root to healthy and reports the job ids that were r
 so the job layer can clear their backoff and run them now. The ``alert`` callback runs once per
 transition (healthy→degraded, degraded→healthy), never per job.
 
-Scope: the state is per process (one :class:`WriteGate` per root in a :class:`WriteGateRegistry`,
-thread-safe). With N worker processes a broken root is detected, probed and alerted by each of them
-(at most N alerts per transition); sharing the state through the job database is left to the job
-layer. The probe runs on the chosen caller's thread: on a hung network mount that caller blocks
-(the others keep being refused fast).
+Scope: the state lives in a :class:`GateStore`. :class:`MemoryGateStore` (the default) shares it
+between the threads of one process; a store in the database (``tasks.store.SQLGateStore``) shares it
+between every worker process, so after the first failure anywhere every worker refuses fast, one
+caller in all of them probes per window, and each transition is alerted once in all. Every store
+operation that decides something is one atomic step (a conditional update): two processes can never
+both win a transition or a probe. The probe runs on the chosen caller's thread: on a hung network
+mount that caller blocks (the others keep being refused fast).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import os
 import threading
@@ -27,7 +30,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol
 
 from .control import DomainError
 
@@ -119,8 +122,115 @@ def probe_write(root: Path) -> None:
             path.unlink()
 
 
+@dataclass(frozen=True)
+class GateRecord:
+    """The stored state of one root (times come from the gate's clock)."""
+
+    root: str
+    state: GateState
+    error: str | None = None
+    degraded_since: float | None = None
+    next_probe_at: float | None = None
+    last_probe_at: float | None = None
+
+
+class GateStore(Protocol):
+    """Where the gates' state lives; each method is atomic (one transaction in a database)."""
+
+    def gate_get(self, root: str) -> GateRecord | None:
+        """The root's state (None: never degraded, i.e. healthy)."""
+        ...
+
+    def gate_degrade(self, root: str, error: str, now: float, next_probe_at: float, job_id: str | None) -> bool:
+        """healthy → degraded (keeping an already degraded root's first error); *job_id*, if any, is
+        remembered as blocked. Returns whether THIS call made the transition."""
+        ...
+
+    def gate_block(self, root: str, job_id: str) -> None:
+        """Remember a job refused while the root is degraded."""
+        ...
+
+    def gate_claim_probe(self, root: str, now: float, next_probe_at: float) -> bool:
+        """Whether this caller is the one prober of the window (degraded and the probe due)."""
+        ...
+
+    def gate_probe_failed(self, root: str, error: str, now: float) -> None:
+        """The probe failed: the root stays degraded with this error cached."""
+        ...
+
+    def gate_recover(self, root: str, now: float) -> tuple[bool, frozenset[str], float | None]:
+        """degraded → healthy: ``(this call made the transition, the blocked jobs (forgotten now),
+        degraded since)``."""
+        ...
+
+    def gate_blocked(self, root: str) -> frozenset[str]:
+        """Jobs refused since the root degraded."""
+        ...
+
+    def gate_degraded(self) -> dict[str, str]:
+        """Every degraded root and its cached error."""
+        ...
+
+
+class MemoryGateStore:
+    """A :class:`GateStore` for the threads of one process."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._records: dict[str, GateRecord] = {}
+        self._blocked: dict[str, set[str]] = {}
+
+    def gate_get(self, root: str) -> GateRecord | None:
+        with self._lock:
+            return self._records.get(root)
+
+    def gate_degrade(self, root: str, error: str, now: float, next_probe_at: float, job_id: str | None) -> bool:
+        with self._lock:
+            if job_id is not None:
+                self._blocked.setdefault(root, set()).add(job_id)
+            current = self._records.get(root)
+            if current is not None and current.state == "degraded":
+                return False
+            self._records[root] = GateRecord(root, "degraded", error, now, next_probe_at)
+            return True
+
+    def gate_block(self, root: str, job_id: str) -> None:
+        with self._lock:
+            self._blocked.setdefault(root, set()).add(job_id)
+
+    def gate_claim_probe(self, root: str, now: float, next_probe_at: float) -> bool:
+        with self._lock:
+            current = self._records.get(root)
+            if current is None or current.state != "degraded" or (current.next_probe_at or 0.0) > now:
+                return False
+            self._records[root] = dataclasses.replace(current, next_probe_at=next_probe_at, last_probe_at=now)
+            return True
+
+    def gate_probe_failed(self, root: str, error: str, now: float) -> None:
+        with self._lock:
+            current = self._records.get(root)
+            if current is not None and current.state == "degraded":
+                self._records[root] = dataclasses.replace(current, error=error)
+
+    def gate_recover(self, root: str, now: float) -> tuple[bool, frozenset[str], float | None]:
+        with self._lock:
+            current = self._records.get(root)
+            if current is None or current.state != "degraded":
+                return False, frozenset(), None
+            self._records[root] = GateRecord(root, "healthy", last_probe_at=current.last_probe_at)
+            return True, frozenset(self._blocked.pop(root, set())), current.degraded_since
+
+    def gate_blocked(self, root: str) -> frozenset[str]:
+        with self._lock:
+            return frozenset(self._blocked.get(root, set()))
+
+    def gate_degraded(self) -> dict[str, str]:
+        with self._lock:
+            return {r.root: r.error or "" for r in self._records.values() if r.state == "degraded"}
+
+
 class WriteGate:
-    """The gate of one output root (thread-safe, per process).
+    """The gate of one output root (thread-safe; shared by processes when its store is).
 
     Parameters
     ----------
@@ -129,11 +239,14 @@ class WriteGate:
     cooldown_s:
         Minimum time between probes while degraded.
     clock:
-        Monotonic time source; tests inject a fake one.
+        Time source; tests inject a fake one. A store shared by processes needs wall time
+        (``time.time``), the same on every host.
     alert:
-        Called once per transition, outside the gate's lock.
+        Called once per transition (by the caller that made it), outside any lock.
     probe:
         ``probe(root)`` raising ``OSError`` on failure; :func:`probe_write` by default.
+    store:
+        Where the state lives (default: a private :class:`MemoryGateStore`).
     """
 
     def __init__(
@@ -144,33 +257,30 @@ class WriteGate:
         clock: Callable[[], float] = time.monotonic,
         alert: Callable[[GateTransition], None] = lambda transition: None,
         probe: Callable[[Path], None] = probe_write,
+        store: GateStore | None = None,
     ) -> None:
         self.root = root
+        self.key = str(root)
         self.cooldown_s = cooldown_s
         self.clock = clock
         self.alert = alert
         self.probe = probe
-        self._lock = threading.Lock()
-        self._state: GateState = "healthy"
-        self._error: str | None = None
-        self._since = 0.0
-        self._next_probe_at = 0.0
-        self._probing = False
-        self._blocked: set[str] = set()
+        self.store: GateStore = store if store is not None else MemoryGateStore()
 
     @property
     def state(self) -> GateState:
-        return self._state
+        record = self.store.gate_get(self.key)
+        return "healthy" if record is None else record.state
 
     @property
     def error(self) -> str | None:
         """The cached error while degraded."""
-        return self._error
+        record = self.store.gate_get(self.key)
+        return None if record is None or record.state != "degraded" else record.error
 
     @property
     def blocked_job_ids(self) -> frozenset[str]:
-        with self._lock:
-            return frozenset(self._blocked)
+        return self.store.gate_blocked(self.key)
 
     def check(self, job_id: str | None = None) -> None:
         """Let a job write, refuse it fast, or — once per cool-down — probe the root on this caller.
@@ -185,33 +295,24 @@ class WriteGate:
         OutputRootDegraded
             The root is degraded (and this caller did not probe it back to health).
         """
-        with self._lock:
-            if self._state == "healthy":
-                return
-            now = self.clock()
-            if self._probing or now < self._next_probe_at:
-                raise self._refuse(job_id, now)
-            self._probing = True  # this caller is the one prober of the window
-            self._next_probe_at = now + self.cooldown_s
+        record = self.store.gate_get(self.key)
+        if record is None or record.state == "healthy":
+            return
+        now = self.clock()
+        due = (record.next_probe_at or 0.0) <= now
+        if not due or not self.store.gate_claim_probe(self.key, now, now + self.cooldown_s):
+            # Another caller (in any process) probes this window; the next one opens at next_probe_at.
+            raise self._refuse(job_id, record.error, (record.next_probe_at or now) - now)
         try:
             self.probe(self.root)
         except OSError as exc:
-            with self._lock:
-                self._probing = False
-                self._error = describe_os_error(exc)
-                raise self._refuse(job_id, self.clock()) from None
-        except BaseException:
-            with self._lock:
-                self._probing = False
-            raise
-        with self._lock:
-            self._probing = False
-            transition = GateTransition(
-                self.root, "healthy", None, frozenset(self._blocked), self.clock() - self._since
-            )
-            self._state, self._error = "healthy", None
-            self._blocked.clear()
-        self.alert(transition)
+            error = describe_os_error(exc)
+            self.store.gate_probe_failed(self.key, error, self.clock())
+            raise self._refuse(job_id, error, self.cooldown_s) from None
+        recovered, blocked, since = self.store.gate_recover(self.key, self.clock())
+        if recovered:
+            degraded_for = None if since is None else max(0.0, self.clock() - since)
+            self.alert(GateTransition(self.root, "healthy", None, blocked, degraded_for))
 
     def report_failure(self, exc: BaseException, job_id: str | None = None) -> bool:
         """Tell the gate a write under the root failed.
@@ -232,17 +333,10 @@ class WriteGate:
         if not is_root_failure(exc, self.root):
             return False
         assert isinstance(exc, OSError)
-        transition = None
-        with self._lock:
-            if job_id is not None:
-                self._blocked.add(job_id)
-            if self._state == "healthy":
-                now = self.clock()
-                self._state, self._error, self._since = "degraded", describe_os_error(exc), now
-                self._next_probe_at = now + self.cooldown_s
-                transition = GateTransition(self.root, "degraded", self._error, frozenset(), None)
-        if transition is not None:
-            self.alert(transition)
+        error = describe_os_error(exc)
+        now = self.clock()
+        if self.store.gate_degrade(self.key, error, now, now + self.cooldown_s, job_id):
+            self.alert(GateTransition(self.root, "degraded", error, frozenset(), None))
         return True
 
     @contextlib.contextmanager
@@ -268,14 +362,14 @@ class WriteGate:
             self.report_failure(exc, job_id)
             raise
 
-    def _refuse(self, job_id: str | None, now: float) -> OutputRootDegraded:
+    def _refuse(self, job_id: str | None, error: str | None, retry_in_s: float) -> OutputRootDegraded:
         if job_id is not None:
-            self._blocked.add(job_id)
-        return OutputRootDegraded(self.root, self._error or "unknown error", max(0.0, self._next_probe_at - now))
+            self.store.gate_block(self.key, job_id)
+        return OutputRootDegraded(self.root, error or "unknown error", max(0.0, retry_in_s))
 
 
 class WriteGateRegistry:
-    """One :class:`WriteGate` per output root in this process, sharing clock, cool-down and alert."""
+    """One :class:`WriteGate` per output root, sharing clock, cool-down, alert and store."""
 
     def __init__(
         self,
@@ -284,8 +378,10 @@ class WriteGateRegistry:
         clock: Callable[[], float] = time.monotonic,
         alert: Callable[[GateTransition], None] = lambda transition: None,
         probe: Callable[[Path], None] = probe_write,
+        store: GateStore | None = None,
     ) -> None:
-        self._kwargs = {"cooldown_s": cooldown_s, "clock": clock, "alert": alert, "probe": probe}
+        self.store: GateStore = store if store is not None else MemoryGateStore()
+        self._kwargs = {"cooldown_s": cooldown_s, "clock": clock, "alert": alert, "probe": probe, "store": self.store}
         self._gates: dict[Path, WriteGate] = {}
         self._lock = threading.Lock()
 
@@ -298,7 +394,5 @@ class WriteGateRegistry:
             return self._gates[key]
 
     def degraded(self) -> dict[Path, str]:
-        """Degraded roots and their cached errors (for the readiness health check)."""
-        with self._lock:
-            gates = list(self._gates.values())
-        return {g.root: g.error or "" for g in gates if g.state == "degraded"}
+        """Degraded roots and their cached errors, as the store knows them (for readiness health)."""
+        return {Path(root): error for root, error in self.store.gate_degraded().items()}

@@ -24,7 +24,8 @@ def live():
 @blp.response(200, HealthSchema)
 @blp.alt_response(503, schema=HealthSchema, description="a component is failing")
 def ready():
-    """Database at the head revision, broker reachable, output directory writable (503 otherwise).
+    """Database at the head revision, broker reachable, output directory writable, no output root
+    degraded (the workers' write gate; 503 otherwise).
 
     Every caller sees each component's status (so the failing one is named); admins also see details.
     """
