@@ -27,6 +27,7 @@ from sqlalchemy import (
     MetaData,
     String,
     Text,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -105,6 +106,15 @@ class Job(Base):
         Index("ix_jobs_resource", "resource_type", "resource_id"),
         Index("ix_jobs_parent", "parent_job_id"),
         Index("ix_jobs_retry_of", "retry_of_job_id"),
+        # Retention's candidates (revision 0007). Partial: only finished jobs are in it, so claims
+        # and other transitions of live jobs never touch it; a job enters it once, when it finishes.
+        Index(
+            "ix_jobs_status_completed",
+            "status",
+            "completed_at",
+            sqlite_where=text("completed_at IS NOT NULL"),
+            postgresql_where=text("completed_at IS NOT NULL"),
+        ),
     )
 
 
@@ -154,7 +164,11 @@ class Outbox(Base):
     attempts: Mapped[int] = mapped_column(Integer)
     last_error: Mapped[str | None] = mapped_column(Text)
 
-    __table_args__ = (Index("ix_outbox_pending", "published_at", "id"),)
+    __table_args__ = (
+        Index("ix_outbox_pending", "published_at", "id"),
+        # Deleting a job looks up its outbox rows (ON DELETE SET NULL; retention deletes published ones).
+        Index("ix_outbox_job", "job_id"),
+    )
 
 
 class JobDependency(Base):
@@ -171,6 +185,19 @@ class JobDependency(Base):
         CheckConstraint("job_id <> depends_on_job_id", name="no_self_dependency"),
         Index("ix_job_dependencies_depends_on", "depends_on_job_id"),
     )
+
+
+class RetentionMark(Base):
+    """A named high-water mark of retention (revision 0007).
+
+    ``job_events.pruned_through``: the highest ``job_events`` rowid retention has deleted (SQLite).
+    A live-feed cursor below it may have missed a deleted event (``jobs.queries.changes_after``).
+    """
+
+    __tablename__ = "retention_marks"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[int] = mapped_column(BigInteger)
 
 
 metadata = Base.metadata

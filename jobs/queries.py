@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 from sqlalchemy import Engine
 
-from . import db, store
+from . import db, retention_store, store
 from .errors import JobNotFound
 from .records import JobEventRecord, JobRecord
 from .status import JobStatus
@@ -107,7 +107,8 @@ class ChangePage:
     """What :func:`changes_after` returns (unpacks as ``items, oldest_retained_id, head_id``)."""
 
     items: list[JobChange]
-    #: The oldest id still stored (0: none). A cursor below ``oldest_retained_id - 1`` lost events.
+    #: Every event from this id on is still stored (0: none): the oldest stored id, or one past the
+    #: highest id retention deleted. A cursor below ``oldest_retained_id - 1`` may have lost events.
     oldest_retained_id: int
     #: The newest id when read (0: none); when fewer than *limit* items came back, every id up to it
     #: was examined, so a caller may advance its cursor there (past other owners' changes).
@@ -134,7 +135,10 @@ def changes_after(
         rows, oldest, newest = store.event_changes_after(
             conn, max(0, after_id), None if is_admin else owner_id, max(1, min(limit, MAX_LIMIT))
         )
-    return ChangePage([_change(r) for r in rows], oldest, newest)
+        # Retention deletes events of old jobs anywhere below the newest id: a cursor below the
+        # highest deleted id may have skipped one, so that is where "retained" starts for a resume.
+        pruned = retention_store.pruned_through(conn)
+    return ChangePage([_change(r) for r in rows], max(oldest, pruned + 1) if pruned else oldest, newest)
 
 
 def _change(r: store.ChangeRow) -> JobChange:

@@ -23,11 +23,14 @@ The 30-second resync (``tasks/maintenance.py``) calls :func:`prune` with :func:`
 - **Events of kept jobs.** A finished job kept longer than ``events`` (say failed jobs 30 days,
   events 7 days) loses its events, except its last one (how it ended), once it finished more than
   ``events`` ago. Events of a job that has not finished are kept whatever their age.
-- **The live feed's cursor never goes back.** The feed's global cursor is the ``job_events`` rowid
-  on SQLite, and SQLite reuses the highest rowid after it is deleted. Retention never deletes the
-  newest event row: a unit owning it waits for the next event anywhere (see
-  :func:`jobs.retention_store.newest_event_job`). Operators must not ``VACUUM`` the live database
-  either: VACUUM may renumber the rowids of a table without an INTEGER PRIMARY KEY.
+- **The live feed's cursor never goes back, and never skips silently.** The feed's global cursor is
+  the ``job_events`` rowid on SQLite, and SQLite reuses the highest rowid after it is deleted.
+  Retention never deletes the newest event row: a unit owning it waits for the next event anywhere
+  (see :func:`jobs.retention_store.newest_event_job`). It also records the highest rowid it deleted
+  (``retention_marks``); the feed reports the position after it as the oldest retained one, so a
+  client resuming from an older cursor is told to resync (``cursor_expired``) instead of missing a
+  deleted event. Operators must not ``VACUUM`` the live database either: VACUUM may renumber the
+  rowids of a table without an INTEGER PRIMARY KEY.
 
 Bounded and concurrent-safe: candidates are found in read transactions; each write transaction
 re-verifies its units (with row locks on PostgreSQL) and deletes at most ``batch`` events or one
@@ -229,13 +232,13 @@ def _delete_units(
         try:
             with db.write(engine) as tx:
                 ids, held = _verify(tx.conn, roots, cutoffs)
-                if not held_counted:
-                    counts.held += held
-                    held_counted = True
                 if len(ids) > policy.batch and len(roots) > 1:
                     split = True  # too many steps for one statement: halve the roots (nothing written)
                 else:
                     split = False
+                    if not held_counted:  # once per root, however many event transactions follow
+                        counts.held += held
+                        held_counted = True
                     if not ids:
                         return
                     deleted = store.delete_events(tx.conn, ids, policy.batch)

@@ -14,7 +14,8 @@ Tables touched (``jobs/models.py``; foreign keys from ``migrations/versions/0001
 Index use: candidates come from ``ix_jobs_status_completed`` (revision 0007, partial: terminal
 jobs only), members from ``ix_jobs_parent``, references from ``ix_jobs_retry_of`` and
 ``ix_job_dependencies_depends_on``, events by their primary key ``(job_id, sequence)``, outbox rows
-by ``ix_outbox_job`` (0007) and ``ix_outbox_pending``.
+by ``ix_outbox_job`` (0007) and ``ix_outbox_pending``. ``retention_marks`` (0007) records the
+highest event rowid deleted, for the live feed (:func:`pruned_through`).
 
 Every id list is bound as one expanding parameter; callers keep lists at most a batch long.
 """
@@ -130,28 +131,55 @@ def _newest_guard(conn: Connection, alias: str) -> str:
     return f" AND {alias}.rowid < (SELECT max(rowid) FROM job_events)"
 
 
+#: The highest ``job_events`` rowid retention deleted (``retention_marks``; SQLite only).
+PRUNED_THROUGH = "job_events.pruned_through"
+
+
+def pruned_through(conn: Connection) -> int:
+    """The highest ``job_events`` rowid retention has deleted (0: none).
+
+    A live-feed cursor below it may have skipped a deleted event: the feed reports it as the oldest
+    retained position so such a client resyncs rather than resuming over a silent gap.
+    """
+    row = conn.execute(text("SELECT value FROM retention_marks WHERE name = :n"), {"n": PRUNED_THROUGH}).first()
+    return 0 if row is None else int(row[0])
+
+
+def _raise_pruned_through(conn: Connection, rowid: int) -> None:
+    conn.execute(
+        text(
+            "INSERT INTO retention_marks (name, value) VALUES (:n, :v) "
+            "ON CONFLICT (name) DO UPDATE SET value = max(retention_marks.value, excluded.value)"
+        ),
+        {"n": PRUNED_THROUGH, "v": rowid},
+    )
+
+
 def delete_events(conn: Connection, job_ids: Sequence[str], limit: int, *, finished_before: int | None = None) -> int:
     """Delete at most *limit* events of the terminal jobs among *job_ids*; returns how many.
 
     Without *finished_before*: every event (their jobs are about to be deleted). With it (event
     retention): only of jobs finished before then, and never a job's last event, so a kept job
-    keeps the record of how it ended.
+    keeps the record of how it ended. On SQLite the highest rowid deleted raises
+    :func:`pruned_through` in the same transaction.
     """
     if not job_ids:
         return 0
     older = "" if finished_before is None else " AND j.completed_at < :before AND e.sequence < j.event_seq"
-    return int(
-        conn.execute(
-            _ids(
-                "DELETE FROM job_events WHERE (job_id, sequence) IN ("
-                " SELECT e.job_id, e.sequence FROM job_events e JOIN jobs j ON j.id = e.job_id"
-                f" WHERE e.job_id IN :ids AND j.status IN ({TERMINAL_SQL}){older}{_newest_guard(conn, 'e')}"
-                " LIMIT :limit)",
-                "ids",
-            ),
-            {"ids": list(job_ids), "limit": limit, "before": finished_before},
-        ).rowcount
+    where = (
+        "FROM job_events e JOIN jobs j ON j.id = e.job_id"
+        f" WHERE e.job_id IN :ids AND j.status IN ({TERMINAL_SQL}){older}{_newest_guard(conn, 'e')} LIMIT :limit"
     )
+    params = {"ids": list(job_ids), "limit": limit, "before": finished_before}
+    if conn.dialect.name != "sqlite":
+        sql = f"DELETE FROM job_events WHERE (job_id, sequence) IN (SELECT e.job_id, e.sequence {where})"
+        return int(conn.execute(_ids(sql, "ids"), params).rowcount)
+    rowids = [int(r[0]) for r in conn.execute(_ids(f"SELECT e.rowid {where}", "ids"), params)]
+    if not rowids:
+        return 0
+    deleted = conn.execute(_ids("DELETE FROM job_events WHERE rowid IN :rowids", "rowids"), {"rowids": rowids})
+    _raise_pruned_through(conn, max(rowids))
+    return int(deleted.rowcount)
 
 
 def delete_published_outbox_of(conn: Connection, job_ids: Sequence[str]) -> int:

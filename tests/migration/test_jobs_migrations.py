@@ -22,7 +22,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 #: The tables this suite owns; other layers' tables (accounts, schedules, …) have their own checks.
-JOB_TABLES = frozenset(metadata.tables) & {"jobs", "job_events", "idempotency", "outbox", "job_dependencies"}
+JOB_TABLES = frozenset(metadata.tables) & {
+    "jobs",
+    "job_events",
+    "idempotency",
+    "outbox",
+    "job_dependencies",
+    "retention_marks",
+}
 
 
 def _include(obj, name, type_, reflected, compare_to):  # type: ignore[no-untyped-def]

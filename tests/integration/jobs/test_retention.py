@@ -262,6 +262,7 @@ def test_the_live_feed_cursor_never_goes_back(sqlite_env: JobEnv) -> None:
     assert _run(env, first.id) == "succeeded"
     page = changes_after(env.engine, 0, is_admin=True)
     cursor = page.head_id
+    early = page.items[1].id  # a client that saw only the job's first events
     assert cursor == _count(env, "SELECT max(rowid) FROM job_events")
     later = _latest_completion(env) + 100 * DAY_MS
     # The only finished job owns the newest event row: deleting it would let SQLite reuse its id
@@ -279,6 +280,10 @@ def test_the_live_feed_cursor_never_goes_back(sqlite_env: JobEnv) -> None:
     resumed = changes_after(env.engine, cursor, is_admin=True)
     assert resumed.items and all(c.id > cursor and c.job_id == second.id for c in resumed.items)
     assert min(c.id for c in resumed.items) == newest and resumed.head_id > newest
+    # A client resuming from before the deleted events is told so (the web layer answers it with a
+    # resync, cursor_expired), never handed a silent gap; one at the head of that time is not
+    assert resumed.oldest_retained_id - 1 == cursor
+    assert early < changes_after(env.engine, early, is_admin=True).oldest_retained_id - 1
 
 
 def test_batches_are_bounded_and_two_runs_at_once_delete_each_row_once(env: JobEnv) -> None:
