@@ -7,7 +7,7 @@ job = submit(engine, owner_id="u1", kind="render", payload={"recording_id": "r1"
 """
 
 from .context import JobContext, ResultTransaction
-from .control import CancelOutcome, CancelResult, cancel, retry
+from .control import CancelOutcome, CancelResult, cancel, retry, run_now
 from .db import make_engine
 from .errors import (
     IdempotencyConflict,
@@ -31,10 +31,21 @@ from .schema import check_database_at_head
 from .settings import Settings, SettingsError
 from .status import JobStatus
 from .submit import submit
-from .workflows import Step, retry_workflow, submit_workflow, workflow_steps
+from .workflows import (
+    Extension,
+    Step,
+    StepView,
+    WorkflowRequest,
+    extend_workflow,
+    retry_workflow,
+    submit_workflow,
+    workflow_graph,
+    workflow_steps,
+)
 
 __all__ = [
     "CancelOutcome",
+    "Extension",
     "CancelResult",
     "IdempotencyConflict",
     "JobCancelled",
@@ -55,12 +66,15 @@ __all__ = [
     "SchemaMismatch",
     "Settings",
     "Step",
+    "StepView",
     "SettingsError",
     "StaleAttempt",
     "UnknownKind",
+    "WorkflowRequest",
     "cancel",
     "check_database_at_head",
     "current_job",
+    "extend_workflow",
     "get_job",
     "hub",
     "install",
@@ -72,7 +86,9 @@ __all__ = [
     "relay_once",
     "retry",
     "retry_workflow",
+    "run_now",
     "submit",
     "submit_workflow",
+    "workflow_graph",
     "workflow_steps",
 ]

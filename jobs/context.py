@@ -24,12 +24,18 @@ from sqlalchemy.orm import Session
 
 from . import db, events, store
 from .errors import JobCancelled, JobTimeout, StaleAttempt
+from .group_commit import hot_write
 from .notify import Notice
 
 logger = logging.getLogger(__name__)
 
 #: Event types only the job layer writes (an actor cannot forge a status change).
 RESERVED_EVENT_TYPES = frozenset({"status", "cancel_requested"})
+
+#: Progress of one attempt is written at most this often (the latest value wins; the keeper writes
+#: what is left). A job reporting progress in a tight loop would otherwise make one write
+#: transaction per call, and a short job's "done" line one more transaction right before its completion.
+PROGRESS_INTERVAL_S = 0.25
 
 # Phases of the actor thread, for the timeout: an asynchronous JobTimeout is raised only in USER.
 _IDLE, _USER, _CRITICAL = 0, 1, 2
@@ -93,6 +99,7 @@ class JobContext:
         self.payload: dict[str, Any] = json.loads(job.payload)
         self.config: Mapping[str, Any] = MappingProxyType(json.loads(job.config))
         self.resource = (job.resource_type, job.resource_id) if job.resource_type is not None else None
+        self.parent_job_id = job.parent_job_id
         self.lease_ttl_ms = lease_ttl_ms
         self.started_monotonic = time.monotonic()
         self.deadline = self.started_monotonic + job.timeout_s
@@ -106,6 +113,11 @@ class JobContext:
         self._thread_id: int | None = None
         self._fired = False
         self._in_result_transaction = False
+        # Progress is written at most every PROGRESS_INTERVAL_S, counted from the claim (which showed
+        # the job running): a report in between waits for the next write of this attempt or the keeper.
+        self._progress_lock = threading.Lock()
+        self._pending_progress: tuple[float | None, str | None] | None = None
+        self._progress_due = self.started_monotonic + PROGRESS_INTERVAL_S
 
     # -- reporting --------------------------------------------------------------------------------
     def progress(self, fraction: float | None = None, message: str | None = None) -> None:
@@ -118,13 +130,55 @@ class JobContext:
         if fraction is not None and not 0.0 <= fraction <= 1.0:
             raise ValueError(f"progress fraction must be within [0, 1], got {fraction}")
         self._not_inside_result_transaction("progress")
-        with self._critical(), db.write(self._engine) as tx:
+
+        with self._critical():
+            with self._progress_lock:
+                pending = self._pending_progress
+                if pending is not None and fraction is None:
+                    fraction = pending[0]  # a message-only update keeps the fraction still unwritten
+                self._pending_progress = (fraction, message)
+                due = time.monotonic() >= self._progress_due
+            if due:
+                if not self.flush_progress():
+                    raise self._stale("progress")
+                return
+            # Written by the next write of this attempt or by the keeper within PROGRESS_INTERVAL_S;
+            # the fence is checked now, so a superseded attempt still hears it at once.
+            with db.fast_read(self._engine) as conn:
+                current, _ = store.job_check_current(conn, self.job_id, self.attempt, self.worker_id)
+            if not current:
+                with self._progress_lock:
+                    self._pending_progress = None
+                raise self._stale("progress")
+
+    def flush_progress(self) -> bool:
+        """Write the progress not yet written (called by the actor's thread and by the keeper).
+
+        Returns:
+          False if this attempt is no longer current (nothing was written).
+        """
+        with self._progress_lock:
+            pending, self._pending_progress = self._pending_progress, None
+            self._progress_due = time.monotonic() + PROGRESS_INTERVAL_S
+        if pending is None:
+            return True
+        fraction, message = pending
+
+        def write(tx: db.Tx) -> int | None:
             seq = store.job_progress_if_current(
                 tx.conn, self.job_id, self.attempt, self.worker_id, fraction, message, store.now_ms()
             )
-            if seq is None:
-                raise self._stale("progress")
-            tx.notify(Notice(self.job_id, self.owner_id, "progress", "running", seq))
+            if seq is not None:
+                tx.notify(Notice(self.job_id, self.owner_id, "progress", "running", seq))
+            return seq
+
+        return hot_write(self._engine, write) is not None
+
+    def take_pending_progress(self) -> tuple[float | None, str | None] | None:
+        """The progress not yet written, handed to a write that records it itself (completion)."""
+        with self._progress_lock:
+            pending, self._pending_progress = self._pending_progress, None
+        return pending
 
     def event(self, type: str, **data: Any) -> int:
         """Append an event to the job's log; returns its sequence number (per job, gap-free).
@@ -138,21 +192,30 @@ class JobContext:
             raise ValueError(f"event type {type!r} is reserved for the job layer")
         self._not_inside_result_transaction("event")
         store.dumps(data)
-        with self._critical(), db.write(self._engine) as tx:
-            seq = store.job_event_seq_next_if_current(tx.conn, self.job_id, self.attempt, self.worker_id)
-            if seq is None:
+        with self._critical():
+            if not self.flush_progress():
                 raise self._stale("event")
-            events.record(
-                tx,
-                job_id=self.job_id,
-                owner_id=self.owner_id,
-                sequence=seq,
-                type_=type,
-                data=data,
-                status="running",
-                now=store.now_ms(),
-            )
+
+        def write(tx: db.Tx) -> int | None:
+            seq = store.job_event_seq_next_if_current(tx.conn, self.job_id, self.attempt, self.worker_id)
+            if seq is not None:
+                events.record(
+                    tx,
+                    job_id=self.job_id,
+                    owner_id=self.owner_id,
+                    sequence=seq,
+                    type_=type,
+                    data=data,
+                    status="running",
+                    now=store.now_ms(),
+                )
             return seq
+
+        with self._critical():
+            seq = hot_write(self._engine, write)
+        if seq is None:
+            raise self._stale("event")
+        return seq
 
     def check_cancelled(self) -> None:
         """A checkpoint: stop here if a cancel was requested (or this attempt was superseded).
@@ -161,7 +224,7 @@ class JobContext:
           JobCancelled: A cancel was requested.
           StaleAttempt: This attempt is no longer current.
         """
-        with self._critical(), db.read(self._engine) as conn:
+        with self._critical(), db.fast_read(self._engine) as conn:
             current, cancel = store.job_check_current(conn, self.job_id, self.attempt, self.worker_id)
         if not current:
             raise self._stale("check_cancelled")
@@ -198,6 +261,9 @@ class JobContext:
           JobCancelled: A cancel request committed first; nothing was written.
           JobTimeout: The attempt's time ran out before the commit.
         """
+        with self._critical():
+            if not self.flush_progress():
+                raise self._stale("result_transaction")
         session = Session(self._engine, expire_on_commit=False)
         lock = db.writer_lock(self._engine)
         lock.acquire()

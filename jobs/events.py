@@ -29,10 +29,21 @@ def record(
     tx.notify(Notice(job_id, owner_id, notice_type or ("status" if type_ == "status" else "event"), status, sequence))
 
 
-def status_event(tx: Tx, *, job_id: str, owner_id: str, sequence: int, status: str, now: int, **data: Any) -> None:
+def status_event(
+    tx: Tx,
+    *,
+    job_id: str,
+    owner_id: str,
+    sequence: int,
+    status: str,
+    now: int,
+    workflow_step: bool = True,
+    **data: Any,
+) -> None:
     """The event every status change writes: ``{"status": …, …}``.
 
-    A step of a workflow reaching a final status moves its workflow on, in the same transaction.
+    A step of a workflow reaching a final status moves its workflow on, in the same transaction;
+    ``workflow_step=False`` says the caller knows the job is no step (its ``parent_job_id`` is NULL).
     """
     record(
         tx,
@@ -44,7 +55,7 @@ def status_event(tx: Tx, *, job_id: str, owner_id: str, sequence: int, status: s
         status=status,
         now=now,
     )
-    if status in TERMINAL:
+    if workflow_step and status in TERMINAL:
         from .workflows import on_job_finished  # late: workflows records events too
 
         on_job_finished(tx, job_id, status)

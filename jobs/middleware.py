@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import sqlite3
 import threading
 import time
 import uuid
@@ -33,8 +34,9 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError
 
 from . import db, events, store
-from .context import JobContext, TimeoutInterrupt
+from .context import PROGRESS_INTERVAL_S, JobContext, TimeoutInterrupt
 from .errors import JobCancelled, JobTimeout, StaleAttempt, public_error
+from .group_commit import hot_write
 from .publish import JOB_ID_OPTION, prepare_broker, publish_in_transaction
 from .recovery import RecoveryReport, recover_expired, recover_in
 from .registry import Kind, Registry
@@ -55,20 +57,64 @@ TIMED_OUT = "Job timed out."
 _local = threading.local()
 
 
+class _Process:
+    """This process's id, refreshed after a fork (read on every message: cheaper than a syscall)."""
+
+    pid = os.getpid()
+
+    @classmethod
+    def refresh(cls) -> None:
+        cls.pid = os.getpid()
+
+
+_process = _Process
+os.register_at_fork(after_in_child=_Process.refresh)
+
+
 #: Structured lifecycle lines (no payloads, no results, no secrets): monitoring formats them and turns
 #: them into metrics; the job layer cannot import monitoring, so it speaks plain logging.
 lifecycle_logger = logging.getLogger("tenure.lifecycle")
 
 
+#: Callables told of every lifecycle event (its fields, as logged): monitoring counts its metrics
+#: here, so counting does not depend on the log level.
+lifecycle_observers: list[Callable[[dict[str, Any]], None]] = []
+#: Events logged at DEBUG: one line per started and per succeeded job doubled the CPU cost of a short
+#: job (a log record through Dramatiq's log pipe costs more than the job's own database writes);
+#: failures, retries, cancellations and stale writes stay at INFO.
+QUIET_EVENTS = frozenset({"job.started", "job.completed"})
+#: Marks a record whose event the observers already saw (so a log handler does not count it twice).
+OBSERVED = "tenure_observed"
+
+
 def lifecycle(
     event: str, job_id: str, kind: str, attempt: int, *, outcome: str | None = None, duration_s: float | None = None
 ) -> None:
+    level = logging.DEBUG if event in QUIET_EVENTS else logging.INFO
+    observers = lifecycle_observers
+    logged = lifecycle_logger.isEnabledFor(level)
+    if not observers and not logged:
+        return
     fields: dict[str, Any] = {"event": event, "job_id": job_id, "kind": kind, "attempt": attempt}
     if outcome is not None:
         fields["outcome"] = outcome
     if duration_s is not None:
         fields["duration_s"] = round(duration_s, 6)
-    lifecycle_logger.info("%s job=%s kind=%s attempt=%d", event, job_id, kind, attempt, extra={"tenure": fields})
+    for observe in observers:
+        try:
+            observe(fields)
+        except Exception:
+            logger.exception("A lifecycle observer failed on %s.", event)
+    if logged:
+        lifecycle_logger.log(
+            level,
+            "%s job=%s kind=%s attempt=%d",
+            event,
+            job_id,
+            kind,
+            attempt,
+            extra={"tenure": fields, OBSERVED: bool(observers)},
+        )
 
 
 def current_job() -> JobContext | None:
@@ -82,7 +128,7 @@ def _retrying(what: str, fn: Callable[[], T]) -> T:
     for attempt in range(WRITE_RETRIES):
         try:
             return fn()
-        except (OperationalError, ConnectionClosed) as e:
+        except (OperationalError, sqlite3.OperationalError, ConnectionClosed) as e:
             if attempt == WRITE_RETRIES - 1:
                 raise
             logger.warning("%s failed (%s); retrying in %.2fs.", what, e, delay)
@@ -124,10 +170,10 @@ class JobMiddleware(Middleware):
 
     # -- per-process state --------------------------------------------------------------------------
     def _ensure_process(self) -> None:
-        if self._pid == os.getpid():
+        if self._pid == _process.pid:
             return
         with self._lock:
-            if self._pid == os.getpid():
+            if self._pid == _process.pid:
                 return
             if self._given_engine is not None:
                 self._engine = self._given_engine
@@ -138,7 +184,7 @@ class JobMiddleware(Middleware):
             self._worker_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
             self._running = {}
             self._keeper = None
-            self._pid = os.getpid()
+            self._pid = _process.pid
 
     @property
     def engine(self) -> Engine:
@@ -250,23 +296,30 @@ class JobMiddleware(Middleware):
         if self._broker is None:
             self._broker = broker
         prepare_broker(broker)
-        with db.write(self.engine) as tx:
+        worker_id, lease_ttl_ms = self.worker_id, self.lease_ttl_ms
+
+        def claim(tx: db.Tx) -> store.JobRow | None:
             now = store.now_ms()
-            job = store.job_claim(tx.conn, job_id, self.worker_id, now, self.lease_ttl_ms)
-            if job is None:
+            job = store.job_claim(tx.conn, job_id, worker_id, now, lease_ttl_ms)
+            if job is not None:
+                events.status_event(
+                    tx,
+                    job_id=job.id,
+                    owner_id=job.owner_id,
+                    sequence=job.event_seq,
+                    status="running",
+                    now=now,
+                    attempt=job.attempt,
+                )
+            return job
+
+        job = hot_write(self.engine, claim)
+        if job is None:
+            with db.write(self.engine) as tx:
                 # Maybe it is running under an expired lease but not claimable (unsafe kind, cancel
                 # requested, last attempt): settle it now rather than at the next recovery.
-                recover_in(tx, broker, now, limit=1, job_id=job_id)
-                return None
-            events.status_event(
-                tx,
-                job_id=job.id,
-                owner_id=job.owner_id,
-                sequence=job.event_seq,
-                status="running",
-                now=now,
-                attempt=job.attempt,
-            )
+                recover_in(tx, broker, store.now_ms(), limit=1, job_id=job_id)
+            return None
         ctx = JobContext(
             engine=self.engine, broker=broker, job=job, worker_id=self.worker_id, lease_ttl_ms=self.lease_ttl_ms
         )
@@ -314,6 +367,11 @@ class JobMiddleware(Middleware):
             ctx._remove_outputs()
 
     def _finish(self, ctx: JobContext, kind: Kind, outcome: str, value: Any) -> None:
+        if outcome == "ok" and ctx.parent_job_id is None:
+            if self._complete_fast(ctx, value):
+                return
+        elif not ctx.flush_progress():
+            raise ctx._stale(f"outcome {outcome}")
         broker = self._broker
         if outcome == "error" and broker is not None:
             prepare_broker(broker)
@@ -392,7 +450,53 @@ class JobMiddleware(Middleware):
             )
             ctx._final_status = status  # type: ignore[attr-defined]
 
+    def _complete_fast(self, ctx: JobContext, value: Any) -> bool:
+        """running → succeeded on the hot path (a job that is no workflow step); False when the
+        guard matched nothing (stale, or a cancel request committed first): the caller decides."""
+
+        pending = ctx.take_pending_progress()
+        message = None if pending is None else pending[1]
+
+        def complete(tx: db.Tx) -> bool:
+            now = store.now_ms()
+            seq = store.job_complete_if_current(
+                tx.conn, ctx.job_id, ctx.attempt, ctx.worker_id, value, now, progress_message=message
+            )
+            if seq is None:
+                return False
+            events.status_event(
+                tx,
+                job_id=ctx.job_id,
+                owner_id=ctx.owner_id,
+                sequence=seq,
+                status="succeeded",
+                now=now,
+                workflow_step=False,
+                attempt=ctx.attempt,
+            )
+            return True
+
+        if not hot_write(self.engine, complete):
+            return False
+        ctx.completed = True
+        ctx._final_status = "succeeded"  # type: ignore[attr-defined]
+        return True
+
     # -- keeper work -------------------------------------------------------------------------------
+    def flush_progress(self) -> None:
+        """Write the progress running attempts reported since their last write."""
+        for ctx in self.running():
+            if ctx.lost or ctx.completed or ctx.finishing:
+                continue
+            try:
+                if not ctx.flush_progress():
+                    ctx.lost = True
+                    logger.warning(
+                        "Job %s attempt %d lost its lease; its progress was not written.", ctx.job_id, ctx.attempt
+                    )
+            except Exception:
+                logger.exception("Writing the progress of job %s failed; the next report retries.", ctx.job_id)
+
     def renew_leases(self) -> None:
         contexts = self.running()
         if not contexts:
@@ -469,7 +573,7 @@ class _Keeper:
     def _run(self) -> None:
         recovery_every = self._mw.settings.recovery_interval_s
         next_recovery = time.monotonic() + recovery_every
-        tick = min(self.interval_s, 0.5)
+        tick = min(self.interval_s, PROGRESS_INTERVAL_S)
         next_beat = 0.0
         while not self._stopped.wait(tick):
             now = time.monotonic()
@@ -478,6 +582,7 @@ class _Keeper:
                     next_beat = now + self.interval_s
                     self._mw.renew_leases()
                 self._mw.enforce_timeouts()
+                self._mw.flush_progress()
                 if now >= next_recovery:
                     next_recovery = now + recovery_every
                     self._mw.recover()

@@ -29,6 +29,7 @@ milliseconds.
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -43,9 +44,13 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+#: One encoder for every call (``json.dumps`` with options builds a new encoder each time).
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def dumps(value: Any) -> str:
     """Canonical JSON (sorted keys, no spaces): equal documents give equal text and digests."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _ENCODER.encode(value)
 
 
 def _for_update(conn: Connection, *, skip_locked: bool = False) -> str:
@@ -152,6 +157,14 @@ def _q(sql: str) -> Any:
     return stmt
 
 
+def _exec(conn: Connection | sqlite3.Connection, sql: str, params: dict[str, Any]) -> Any:
+    """Run *sql* on a SQLAlchemy connection, or directly on the raw sqlite3 connection of the hot path
+    (:func:`jobs.db.fast_write`; sqlite3 binds the same ``:name`` parameters)."""
+    if isinstance(conn, sqlite3.Connection):
+        return conn.execute(sql, params)
+    return conn.execute(_q(sql), params)
+
+
 # -- jobs: submit and read --------------------------------------------------------------------------
 def job_insert(conn: Connection, row: dict[str, Any]) -> None:
     """Insert a new job (``row`` has every column but ``event_seq``, which starts at 1 for 'queued')."""
@@ -213,14 +226,17 @@ def job_count_by_status(conn: Connection) -> dict[str, int]:
 
 
 # -- jobs: execution (every write guarded by CURRENT) ------------------------------------------------
-def job_claim(conn: Connection, job_id: str, worker: str, now: int, lease_ms: int) -> JobRow | None:
+def job_claim(
+    conn: Connection | sqlite3.Connection, job_id: str, worker: str, now: int, lease_ms: int
+) -> JobRow | None:
     """queued → running (attempt + 1), or take over a safe job whose running lease expired.
 
     Matches nothing when the job is cancelled, terminal, running under a live lease, out of attempts,
     or expired but unsafe/cancel-requested (recovery decides those).
     """
-    row = conn.execute(
-        _q(
+    row = _exec(
+        conn,
+        (
             "UPDATE jobs SET status = 'running', attempt = attempt + 1, worker_id = :worker, "
             "lease_expires_at = :expires, started_at = :now, updated_at = :now, progress = NULL, "
             "progress_message = NULL, event_seq = event_seq + 1 "
@@ -233,18 +249,24 @@ def job_claim(conn: Connection, job_id: str, worker: str, now: int, lease_ms: in
     return _job(row)
 
 
-def job_lease_renew_if_current(conn: Connection, job_id: str, attempt: int, worker: str, expires: int) -> bool:
-    cur = conn.execute(
-        _q(f"UPDATE jobs SET lease_expires_at = :expires WHERE {CURRENT}"),
+def job_lease_renew_if_current(
+    conn: Connection | sqlite3.Connection, job_id: str, attempt: int, worker: str, expires: int
+) -> bool:
+    cur = _exec(
+        conn,
+        (f"UPDATE jobs SET lease_expires_at = :expires WHERE {CURRENT}"),
         {"id": job_id, "attempt": attempt, "worker": worker, "expires": expires},
     )
     return cur.rowcount == 1
 
 
-def job_check_current(conn: Connection, job_id: str, attempt: int, worker: str) -> tuple[bool, bool]:
+def job_check_current(
+    conn: Connection | sqlite3.Connection, job_id: str, attempt: int, worker: str
+) -> tuple[bool, bool]:
     """``(current, cancel_requested)`` of this attempt (a plain read)."""
-    row = conn.execute(
-        _q(f"SELECT cancel_requested_at FROM jobs WHERE {CURRENT}"),
+    row = _exec(
+        conn,
+        (f"SELECT cancel_requested_at FROM jobs WHERE {CURRENT}"),
         {"id": job_id, "attempt": attempt, "worker": worker},
     ).fetchone()
     return (False, False) if row is None else (True, row[0] is not None)
@@ -260,11 +282,18 @@ def job_check_current_for_update(conn: Connection, job_id: str, attempt: int, wo
 
 
 def job_progress_if_current(
-    conn: Connection, job_id: str, attempt: int, worker: str, fraction: float | None, message: str | None, now: int
+    conn: Connection | sqlite3.Connection,
+    job_id: str,
+    attempt: int,
+    worker: str,
+    fraction: float | None,
+    message: str | None,
+    now: int,
 ) -> int | None:
     """Record progress; returns the job's current event sequence, or None when stale."""
-    row = conn.execute(
-        _q(
+    row = _exec(
+        conn,
+        (
             "UPDATE jobs SET progress = coalesce(:fraction, progress), progress_message = :message, "
             f"updated_at = :now WHERE {CURRENT} RETURNING event_seq"
         ),
@@ -273,26 +302,40 @@ def job_progress_if_current(
     return None if row is None else int(row[0])
 
 
-def job_event_seq_next_if_current(conn: Connection, job_id: str, attempt: int, worker: str) -> int | None:
+def job_event_seq_next_if_current(
+    conn: Connection | sqlite3.Connection, job_id: str, attempt: int, worker: str
+) -> int | None:
     """Reserve the next event sequence for this attempt (None when stale)."""
-    row = conn.execute(
-        _q(f"UPDATE jobs SET event_seq = event_seq + 1 WHERE {CURRENT} RETURNING event_seq"),
+    row = _exec(
+        conn,
+        (f"UPDATE jobs SET event_seq = event_seq + 1 WHERE {CURRENT} RETURNING event_seq"),
         {"id": job_id, "attempt": attempt, "worker": worker},
     ).fetchone()
     return None if row is None else int(row[0])
 
 
 def job_complete_if_current(
-    conn: Connection, job_id: str, attempt: int, worker: str, result: str | None, now: int
+    conn: Connection | sqlite3.Connection,
+    job_id: str,
+    attempt: int,
+    worker: str,
+    result: str | None,
+    now: int,
+    progress_message: str | None = None,
 ) -> int | None:
-    """running → succeeded unless a cancel was requested; returns the status event's sequence."""
-    row = conn.execute(
-        _q(
+    """running → succeeded unless a cancel was requested; returns the status event's sequence.
+
+    *progress_message*, when given, is the attempt's last status line not yet written (see
+    ``JobContext.progress``)."""
+    row = _exec(
+        conn,
+        (
             "UPDATE jobs SET status = 'succeeded', result = :result, error = NULL, progress = 1.0, "
+            "progress_message = coalesce(:message, progress_message), "
             "worker_id = NULL, lease_expires_at = NULL, completed_at = :now, updated_at = :now, "
             f"event_seq = event_seq + 1 WHERE {CURRENT} AND cancel_requested_at IS NULL RETURNING event_seq"
         ),
-        {"id": job_id, "attempt": attempt, "worker": worker, "result": result, "now": now},
+        {"id": job_id, "attempt": attempt, "worker": worker, "result": result, "now": now, "message": progress_message},
     ).fetchone()
     return None if row is None else int(row[0])
 
@@ -427,9 +470,12 @@ def job_recover_finish(
 
 
 # -- events ------------------------------------------------------------------------------------------
-def event_insert(conn: Connection, job_id: str, sequence: int, type_: str, data: str, now: int) -> None:
-    conn.execute(
-        _q(
+def event_insert(
+    conn: Connection | sqlite3.Connection, job_id: str, sequence: int, type_: str, data: str, now: int
+) -> None:
+    _exec(
+        conn,
+        (
             "INSERT INTO job_events (job_id, sequence, type, data, created_at) "
             "VALUES (:job_id, :sequence, :type, :data, :now)"
         ),
@@ -701,3 +747,55 @@ def dependency_unmet_count(conn: Connection, job_id: str) -> int:
             {"id": job_id},
         ).scalar_one()
     )
+
+
+def job_workflow_extend(conn: Connection, parent_id: str, payload: str, now: int) -> int | None:
+    """A running workflow parent gets its extended step description; reserves the event sequence
+    of its ``workflow_extended`` event."""
+    row = conn.execute(
+        _q(
+            "UPDATE jobs SET payload = :payload, updated_at = :now, event_seq = event_seq + 1 "
+            "WHERE id = :id AND status = 'running' AND worker_id = :worker RETURNING event_seq"
+        ),
+        {"id": parent_id, "payload": payload, "now": now, "worker": WORKFLOW_WORKER},
+    ).fetchone()
+    return None if row is None else int(row[0])
+
+
+def dependency_list_of_jobs(conn: Connection, job_ids: list[str]) -> list[tuple[str, str]]:
+    """``(job_id, depends_on_job_id)`` edges of the given jobs (a retry's reused steps)."""
+    if not job_ids:
+        return []
+    stmt = text("SELECT job_id, depends_on_job_id FROM job_dependencies WHERE job_id IN :ids").bindparams(
+        bindparam("ids", expanding=True)
+    )
+    return [(r[0], r[1]) for r in conn.execute(stmt, {"ids": job_ids})]
+
+
+# -- run now (clear a retry's backoff) -------------------------------------------------------------------
+@dataclass(frozen=True)
+class ExpeditedJob:
+    id: str
+    owner_id: str
+    kind: str
+    actor_name: str
+    queue_name: str
+    priority: int
+    sequence: int
+
+
+def job_run_now(conn: Connection, job_id: str, now: int) -> ExpeditedJob | None:
+    """A queued job waiting out a retry backoff (``run_after`` in the future) may run now.
+
+    Reserves the sequence of its ``run_now`` event. None when the job is not queued with a pending
+    backoff (running, finished, already due, or a workflow step waiting for its dependencies).
+    """
+    row = conn.execute(
+        _q(
+            "UPDATE jobs SET run_after = :now, updated_at = :now, event_seq = event_seq + 1 "
+            "WHERE id = :id AND status = 'queued' AND run_after > :now AND actor_name <> '' "
+            "RETURNING id, owner_id, kind, actor_name, queue_name, priority, event_seq"
+        ),
+        {"id": job_id, "now": now},
+    ).fetchone()
+    return None if row is None else ExpeditedJob(*row)

@@ -30,6 +30,8 @@ import uuid
 from collections.abc import Mapping
 from typing import Any, TextIO
 
+from jobs.middleware import OBSERVED, lifecycle_observers
+
 from . import metrics as m
 
 #: The logger lifecycle events are emitted on.
@@ -131,20 +133,31 @@ class LifecycleMetricsHandler(logging.Handler):
     """Counts lifecycle events into :mod:`monitoring.metrics` (prints nothing)."""
 
     def emit(self, record: logging.LogRecord) -> None:
+        if getattr(record, OBSERVED, False):
+            return  # counted by observe_lifecycle already
         fields = event_fields(record)
         if fields is None:
             return
-        event = fields["event"]
         try:
-            if event in _FINISHED:
-                outcome = _FINISHED[event]
-                m.JOBS_FINISHED.labels(str(fields.get("kind", "")), outcome).inc()
-            elif event == "job.stale_write":
-                m.record_stale_attempt()
-            elif event == "schedule.fire" and fields.get("result") in m.SCHEDULE_RESULTS:
-                m.record_schedule_fire(str(fields.get("schedule", "")), str(fields["result"]))
+            count(fields)
         except Exception:
             self.handleError(record)
+
+
+def count(fields: Mapping[str, Any]) -> None:
+    """Count one lifecycle event into its metrics."""
+    event = fields["event"]
+    if event in _FINISHED:
+        m.JOBS_FINISHED.labels(str(fields.get("kind", "")), _FINISHED[event]).inc()
+    elif event == "job.stale_write":
+        m.record_stale_attempt()
+    elif event == "schedule.fire" and fields.get("result") in m.SCHEDULE_RESULTS:
+        m.record_schedule_fire(str(fields.get("schedule", "")), str(fields["result"]))
+
+
+def observe_lifecycle(fields: dict[str, Any]) -> None:
+    """The job layer's lifecycle observer: counts events whatever the log level (job.completed is DEBUG)."""
+    count(fields)
 
 
 def log_event(event: str, *, level: int = logging.INFO, **fields: Any) -> None:
@@ -165,6 +178,8 @@ def install_metrics_handler(logger_name: str = LIFECYCLE_LOGGER) -> LifecycleMet
             return h
     handler = LifecycleMetricsHandler()
     logger.addHandler(handler)
+    if observe_lifecycle not in lifecycle_observers:
+        lifecycle_observers.append(observe_lifecycle)
     if logger.level == logging.NOTSET or logger.level > logging.INFO:
         logger.setLevel(logging.INFO)
     return handler

@@ -1,0 +1,210 @@
+"""Group commit of the job layer's hot-path writes on SQLite: claim, progress, events, completion.
+
+Every job makes at least three small write transactions (claim, progress, completion). On SQLite each
+commit appends the pages it touched to the WAL (the ``jobs`` row's page and its index pages, the
+event page and its index pages), so three commits per job cost far more than the statements
+themselves, and all of them queue on the file's single write lock. Here the threads of one process
+hand those writes to one writer thread, which runs everything that arrived meanwhile in ONE
+``BEGIN IMMEDIATE … COMMIT`` — the way the broker group-commits its acks — so a page shared by many
+jobs is written once per batch instead of once per job.
+
+Each write still has all-or-nothing semantics of its own: when one raises, the batch is rolled back
+and replayed write by write, each in its own transaction, so only that write fails and its
+exception goes to its caller. A caller returns only after the
+batch holding its write has committed (or failed: then every caller of the batch gets the error and
+its own retry policy applies), and its notices are delivered after that commit — exactly what
+:func:`jobs.db.write` promises, so callers cannot tell the difference except by speed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import threading
+from collections import deque
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from sqlalchemy import Engine
+
+from .db import Tx, busy_timeout_ms, fast_sqlite, raw_connection, write, writer_lock
+from .notify import NoticeBuffer
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Most writes committed in one transaction (bounds how long one batch holds the write lock).
+MAX_BATCH = 256
+#: A writer thread idle this long exits and closes its connection (a test run touches many files).
+IDLE_EXIT_S = 10.0
+
+
+class _WriteFailed(Exception):
+    """A write of the batch raised (its exception is on the write); the batch was rolled back."""
+
+
+class _Write:
+    __slots__ = ("fn", "done", "result", "error", "notices", "committed")
+
+    def __init__(self, fn: Callable[[Tx], Any]) -> None:
+        self.fn = fn
+        self.done = threading.Event()
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.notices = NoticeBuffer()
+        self.committed = False
+
+
+class GroupCommitter:
+    """The writer thread of one SQLite file in this process."""
+
+    def __init__(self, path: str, busy_timeout_ms: int, lock: Any) -> None:
+        self._key = (os.getpid(), path)
+        self.path = path
+        self.busy_timeout_ms = busy_timeout_ms
+        self._lock = lock
+        self._pending: deque[_Write] = deque()
+        self._cond = threading.Condition(threading.Lock())
+        self._conn: sqlite3.Connection | None = None
+        self._retired = False
+        self._thread = threading.Thread(target=self._run, name="tenure-job-writes", daemon=True)
+        self._thread.start()
+
+    def submit(self, write: _Write) -> bool:
+        """Queue *write* for the next batch; False if this writer has retired (get a new one)."""
+        with self._cond:
+            if self._retired:
+                return False
+            self._pending.append(write)
+            self._cond.notify()
+            return True
+
+    def wait(self, write: _Write) -> Any:
+        write.done.wait()
+        if write.error is not None:
+            raise write.error
+        write.notices.deliver()
+        return write.result
+
+    # -- the writer thread --------------------------------------------------------------------------
+    def _connect(self) -> sqlite3.Connection:
+        if self._conn is None:
+            self._conn = raw_connection(self.path, self.busy_timeout_ms)
+        return self._conn
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                if not self._pending:
+                    self._cond.wait(IDLE_EXIT_S)
+                if not self._pending:
+                    self._retired = True
+                    break
+                batch = [self._pending.popleft() for _ in range(min(len(self._pending), MAX_BATCH))]
+            try:
+                self._commit(batch)
+            except BaseException as e:  # the batch did not commit: every caller gets the error
+                for write in batch:
+                    if write.error is None and not write.committed:
+                        write.error = e
+                        write.notices = NoticeBuffer()
+                self._reset()
+            for write in batch:
+                write.done.set()
+        with _committers_lock:
+            if _committers.get(self._key) is self:
+                del _committers[self._key]
+        self._reset()
+
+    def _commit(self, batch: list[_Write]) -> None:
+        conn = self._connect()
+        with self._lock:
+            try:
+                self._transaction(conn, batch)
+                return
+            except _WriteFailed:
+                pass
+            # One write raised (rare: a constraint, a bug): its batch was rolled back; run each write
+            # in a transaction of its own so only that write fails.
+            for write in batch:
+                write.error, write.notices = None, NoticeBuffer()
+                try:
+                    self._transaction(conn, [write])
+                except _WriteFailed:
+                    pass
+
+    @staticmethod
+    def _transaction(conn: sqlite3.Connection, batch: list[_Write]) -> None:
+        # No SAVEPOINT per write: two more statements per write, each a GIL round trip in this busy
+        # thread. A write that raises rolls the batch back and _commit replays it write by write.
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for write in batch:
+                try:
+                    write.result = write.fn(Tx(conn, write.notices))  # type: ignore[arg-type]
+                except Exception as e:
+                    write.error = e
+                    raise _WriteFailed() from e
+            conn.execute("COMMIT")
+            for write in batch:
+                write.committed = True
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+
+    def _reset(self) -> None:
+        # After a failed batch (database unavailable, disk full…) start over with a fresh connection.
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except sqlite3.Error:
+                logger.debug("Closing the job writer's connection failed.", exc_info=True)
+
+
+_committers: dict[tuple[int, str], GroupCommitter] = {}
+_committers_lock = threading.Lock()
+
+
+def _committer(engine: Engine) -> GroupCommitter:
+    """The writer thread of *engine*'s SQLite file in this process (started on first use)."""
+    path = engine.url.database
+    assert path
+    key = (os.getpid(), path)
+    c = _committers.get(key)
+    if c is None:
+        busy_ms = busy_timeout_ms(engine)
+        with _committers_lock:
+            c = _committers.get(key)
+            if c is None:
+                c = _committers[key] = GroupCommitter(path, busy_ms, writer_lock(engine))
+    return c
+
+
+def _holds(lock: Any) -> bool:
+    is_owned = getattr(lock, "_is_owned", None)  # threading.RLock: whether this thread holds it
+    return bool(is_owned()) if is_owned is not None else False
+
+
+def hot_write(engine: Engine, fn: Callable[[Tx], T]) -> T:
+    """Run ``fn(tx)`` in a write transaction and return its result after the commit.
+
+    On SQLite (engines made by :func:`jobs.db.make_engine`) the write is group-committed with the
+    other hot-path writes of this process and ``tx.conn`` is a raw :class:`sqlite3.Connection` (the
+    store's hot-path queries accept either); *fn* must not keep state across calls, since a batch
+    that fails as a whole is reported to every caller, whose retry runs *fn* again. Elsewhere this is
+    ``with jobs.db.write(engine) as tx: return fn(tx)``.
+    """
+    if not fast_sqlite(engine) or _holds(writer_lock(engine)):
+        # (A thread already inside a write transaction of this file would wait for the writer thread
+        # while holding the lock that thread needs: it runs its write inline instead, as before.)
+        with write(engine) as tx:
+            return fn(tx)
+    w = _Write(fn)
+    while True:
+        c = _committer(engine)
+        if c.submit(w):
+            return c.wait(w)  # type: ignore[no-any-return]

@@ -1,0 +1,147 @@
+"""The job layer's hot path: group-committed writes on SQLite, coalesced progress, lifecycle events
+counted without per-job INFO lines."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+
+import jobs
+from jobs import JobContext, db
+from jobs.group_commit import hot_write
+from jobs.middleware import lifecycle_observers, run_job
+from jobs.notify import Notice, hub
+
+from .support import JobEnv
+
+
+def _insert(tx: db.Tx, value: str) -> str:
+    tx.conn.execute("INSERT INTO hot (v) VALUES (:v)", {"v": value})
+    tx.notify(Notice(value, "u1", "event", "running", 1))
+    return value
+
+
+def test_group_commit_fails_only_the_write_that_raised(sqlite_env: JobEnv) -> None:
+    env = sqlite_env
+    env.sql("CREATE TABLE hot (v TEXT PRIMARY KEY)")
+    seen: list[str] = []
+    unsubscribe = hub.subscribe(lambda n: seen.append(n.job_id))
+    results: dict[int, Any] = {}
+    start = threading.Barrier(16)
+
+    def writer(i: int) -> None:
+        start.wait()
+        value = "dup" if i % 5 == 0 else f"v{i}"  # four writers insert "dup": three must fail alone
+        try:
+            results[i] = hot_write(env.engine, lambda tx: _insert(tx, value))
+        except Exception as e:
+            results[i] = e
+
+    try:
+        threads = [threading.Thread(target=writer, args=(i,)) for i in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(10)
+    finally:
+        unsubscribe()
+    failed = [i for i, r in results.items() if isinstance(r, Exception)]
+    assert len(results) == 16
+    assert len(failed) == 3 and all(i % 5 == 0 for i in failed)
+    rows = sorted(r[0] for r in env.sql("SELECT v FROM hot"))
+    assert rows == sorted({"dup"} | {f"v{i}" for i in range(16) if i % 5})
+    # Notices only for writes that committed, one each (the failed writers' notices were dropped).
+    assert sorted(seen) == rows
+
+
+def test_group_commit_rolls_back_a_write_that_raised_after_writing(sqlite_env: JobEnv) -> None:
+    env = sqlite_env
+    env.sql("CREATE TABLE hot (v TEXT PRIMARY KEY)")
+
+    def half(tx: db.Tx) -> None:
+        _insert(tx, "half")
+        raise RuntimeError("after the insert")
+
+    with pytest.raises(RuntimeError):
+        hot_write(env.engine, half)
+    assert hot_write(env.engine, lambda tx: _insert(tx, "whole")) == "whole"
+    assert [r[0] for r in env.sql("SELECT v FROM hot")] == ["whole"]
+
+
+def _progress_row(env: JobEnv, job_id: str) -> tuple[Any, Any]:
+    with env.engine.connect() as conn:
+        return tuple(
+            conn.execute(text("SELECT progress, progress_message FROM jobs WHERE id = :id"), {"id": job_id}).one()
+        )
+
+
+def test_progress_is_coalesced_then_written_by_the_keeper_or_the_completion(env: JobEnv) -> None:
+    def fn(ctx: JobContext) -> str:
+        ctx.progress(0.5, "half way")
+        return "done"
+
+    env.declare("coalesced", fn)
+    job = env.submit("coalesced")
+    ctx = env.claim(job.id)
+    assert ctx is not None
+    ctx.progress(0.2, "first")
+    ctx.progress(0.3, None)
+    # Within PROGRESS_INTERVAL_S of the claim nothing is written yet…
+    assert _progress_row(env, job.id) == (None, None)
+    # …the keeper writes the latest value (a message-less report kept the last message).
+    env.mw._track(ctx)
+    env.mw.flush_progress()
+    env.mw._untrack(ctx)
+    assert _progress_row(env, job.id) == (0.3, None)
+    # A report made just before returning is written with the completion.
+    run_job(env.mw, ctx)
+    assert _progress_row(env, job.id) == (1.0, "half way")
+    assert jobs.get_job(env.engine, job.id, owner_id="u1").status == "succeeded"
+
+
+def test_progress_due_is_written_at_once(env: JobEnv) -> None:
+    env.declare("due", lambda ctx: None)
+    job = env.submit("due")
+    ctx = env.claim(job.id)
+    assert ctx is not None
+    ctx._progress_due = 0.0  # as if PROGRESS_INTERVAL_S had passed since the claim
+    ctx.progress(0.7, "now")
+    assert _progress_row(env, job.id) == (0.7, "now")
+
+
+def test_an_event_writes_the_pending_progress_first(env: JobEnv) -> None:
+    env.declare("ordered", lambda ctx: None)
+    job = env.submit("ordered")
+    ctx = env.claim(job.id)
+    assert ctx is not None
+    ctx.progress(0.4, "before the event")
+    ctx.event("milestone", n=1)
+    assert _progress_row(env, job.id) == (0.4, "before the event")
+
+
+def test_completed_jobs_are_counted_by_observers_without_info_lines(
+    sqlite_env: JobEnv, caplog: pytest.LogCaptureFixture
+) -> None:
+    env = sqlite_env
+    env.declare("quiet", lambda ctx: None)
+    env.declare("loud", lambda ctx: 1 / 0, max_attempts=1)
+    seen: list[dict[str, Any]] = []
+    lifecycle_observers.append(seen.append)
+    try:
+        with caplog.at_level(logging.INFO, logger="tenure.lifecycle"):
+            for kind in ("quiet", "loud"):
+                ctx = env.claim(env.submit(kind).id)
+                assert ctx is not None
+                run_job(env.mw, ctx)
+    finally:
+        lifecycle_observers.remove(seen.append)
+    events = [(f["event"], f["kind"]) for f in seen]
+    assert ("job.started", "quiet") in events and ("job.completed", "quiet") in events
+    assert ("job.failed", "loud") in events
+    lines = [r.getMessage() for r in caplog.records if r.name == "tenure.lifecycle"]
+    assert any(line.startswith("job.failed") for line in lines)
+    assert not any(line.startswith(("job.completed", "job.started")) for line in lines)
