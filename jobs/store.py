@@ -517,8 +517,10 @@ def event_changes_after(
 
     The global id is SQLite's ``rowid`` of ``job_events``: SQLite runs one write transaction at a
     time and allocates rowids inside it, so ids grow in commit order and a reader's snapshot always
-    holds a prefix of them (no later-committing smaller id can appear behind a cursor). Rows are
-    never deleted (jobs are not purged), so a rowid is never reused. Rows are read up to the newest id
+    holds a prefix of them (no later-committing smaller id can appear behind a cursor). Retention
+    (``jobs.retention``) deletes old rows but never the newest one, so SQLite (which allocates
+    max(rowid) + 1) never hands out an id a cursor has passed; a cursor older than the pruned range is
+    told so through ``oldest_id``. Rows are read up to the newest id
     of the same snapshot, so ``newest`` is a safe position to resume from when fewer than *limit*
     rows come back. Returns ``(rows, oldest_id, newest_id)``; both ids are 0 when there are no events.
 

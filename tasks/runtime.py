@@ -13,8 +13,6 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from sqlalchemy import Engine
@@ -25,12 +23,6 @@ from jobs.registry import default_backoff
 from jobs.settings import DEFAULT_OUTPUT_ROOT, Settings, current_settings
 
 from .domain.control import DomainError
-from .domain.write_gate import (
-    GateTransition,
-    OutputRootDegraded,
-    WriteGateRegistry,
-    probe_write,
-)
 
 logger = logging.getLogger(__name__)
 
@@ -40,9 +32,8 @@ PROGRESS_INTERVAL_S = 0.25
 CANCEL_POLL_INTERVAL_S = 0.25
 
 
-_lock = threading.RLock()  # task_settings() is called under it by write_gates()
+_lock = threading.Lock()
 _engine: tuple[int, Engine] | None = None
-_gates: WriteGateRegistry | None = None
 
 
 def task_settings() -> Settings:
@@ -61,10 +52,10 @@ def domain_engine() -> Engine:
 
 
 def reset_for_tests() -> None:
-    """Forget the cached engine and gates (tests that change the settings call ``set_current_settings`` too)."""
-    global _engine, _gates
+    """Forget the cached engine (tests that change the settings call ``set_current_settings`` too)."""
+    global _engine
     with _lock:
-        _engine, _gates = None, None
+        _engine = None
 
 
 # -- retry hints --------------------------------------------------------------------------------------
@@ -92,71 +83,8 @@ class RetryLater(DomainError):
     """A transient failure; the job's retry policy runs it again (after the hinted delay, if any)."""
 
 
-# -- output-root write gate ---------------------------------------------------------------------------
-def _alert(transition: GateTransition) -> None:
-    """One alert per transition: a log line, and an event on the job whose write caused it."""
-    if transition.state == "degraded":
-        logger.error("ALERT output root %s is degraded: %s", transition.root, transition.error)
-    else:
-        logger.warning(
-            "ALERT output root %s recovered after %.0f s; %d job(s) were refused meanwhile",
-            transition.root,
-            transition.degraded_for_s or 0.0,
-            len(transition.blocked_job_ids),
-        )
-    ctx = current_job()
-    if ctx is not None:
-        try:
-            ctx.event(f"output_root_{transition.state}", root=str(transition.root), error=transition.error)
-        except (StaleAttempt, OSError) as exc:
-            logger.debug("could not record the gate transition on job %s: %s", ctx.job_id, exc)
-
-
-def write_gates() -> WriteGateRegistry:
-    """This process's gates (one per output root)."""
-    global _gates
-    with _lock:
-        if _gates is None:
-            _gates = WriteGateRegistry(cooldown_s=task_settings().write_gate_cooldown_s, alert=_alert)
-        return _gates
-
-
 def output_root(ctx: JobContext) -> Path:
     return Path(str(ctx.config.get("output_root") or DEFAULT_OUTPUT_ROOT))
-
-
-@contextmanager
-def gated_write(ctx: JobContext) -> Iterator[None]:
-    """Consult the output root's gate, run the block's writes, and report a root failure.
-
-    A degraded root refuses at once with the cached error, and the job is retried after the next
-    probe is due. A block that fails with an ``OSError`` reports it; one that fails otherwise (an
-    ffmpeg error says "No space left" only in its stderr) is followed by a real probe write, so a
-    full or vanished root is noticed however the write failed.
-
-    Raises:
-      OutputRootDegraded: Refused, or this write degraded the root.
-    """
-    root = output_root(ctx)
-    gate = write_gates().gate(root)
-    try:
-        gate.check(ctx.job_id)
-    except OutputRootDegraded as exc:
-        retry_in(ctx, exc.retry_in_s)
-        raise
-    try:
-        yield
-    except OSError as exc:
-        if gate.report_failure(exc, ctx.job_id):
-            retry_in(ctx, gate.cooldown_s)
-        raise
-    except DomainError:
-        try:
-            probe_write(root)
-        except OSError as probe_exc:
-            if gate.report_failure(probe_exc, ctx.job_id):
-                retry_in(ctx, gate.cooldown_s)
-        raise
 
 
 # -- progress and cancellation adapters ---------------------------------------------------------------
