@@ -8,9 +8,10 @@ Built from the environment (set by :mod:`bench.jobs_bench`), the way ``tasks/__i
 * ``BENCH_LEDGER_DIR`` — where completions are recorded (see :mod:`bench.ledger`).
 
 Middleware: Dramatiq's defaults, :func:`jobs.install` (the job binding, first in line), and in front of it
-:class:`LedgerGate`, which holds every message at the benchmark's start gate *before* the job is claimed and, once
-the actor has returned (the job's outcome is committed inside the actor), bumps the per-process ledger counter.
-So a recorded message is one job through claim + ``progress`` + complete, timed from gate-open like the raw drain.
+:class:`LedgerGate`, which holds every message at the benchmark's start gate *before* the job is claimed; its
+lifecycle observer bumps the per-process ledger counter on ``job.completed``, which the job layer reports only
+after the completion has committed. So a recorded message is one job through claim + ``progress`` + complete,
+timed from gate-open like the raw drain.
 
 The one kind, ``bench_job_noop`` on queue ``tenure_bench_jobs``, only calls ``ctx.progress(1.0, "done")``.
 """
@@ -26,7 +27,6 @@ from dramatiq.middleware import Middleware
 
 import jobs
 from broker import SQLiteBroker
-from jobs.publish import JOB_ID_OPTION
 
 from .ledger import LedgerWriter
 
@@ -48,8 +48,10 @@ class LedgerGate(Middleware):
     def before_process_message(self, broker: Broker, message: Any) -> None:
         LedgerWriter.for_this_process(self.directory).wait_for_go()
 
-    def after_process_message(self, broker: Broker, message: Any, *, result: Any = None, exception: Any = None) -> None:
-        if exception is None and message.options.get(JOB_ID_OPTION) is not None:
+    def observe(self, fields: dict[str, Any]) -> None:
+        """A lifecycle observer: ``job.completed`` is reported once the job's completion has committed
+        (on the SQLite broker it commits with the message's ack, after the actor returned)."""
+        if fields["event"] == "job.completed":
             LedgerWriter.for_this_process(self.directory).record(0.0)
 
 
@@ -73,5 +75,7 @@ if os.environ.get("BENCH_LEDGER_DIR") and os.environ.get("TENURE_DATABASE_URL"):
     _broker = build_broker(_settings)
     dramatiq.set_broker(_broker)
     jobs.install(_broker, _settings)
-    _broker.add_middleware(LedgerGate(os.environ["BENCH_LEDGER_DIR"]), before=jobs.JobMiddleware)
+    _gate = LedgerGate(os.environ["BENCH_LEDGER_DIR"])
+    _broker.add_middleware(_gate, before=jobs.JobMiddleware)
+    jobs.middleware.lifecycle_observers.append(_gate.observe)
     kind = declare_kind(_broker, jobs.registry)

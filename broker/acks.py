@@ -10,6 +10,7 @@ its lease expires, which at-least-once delivery allows. Every statement is fence
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
 import time
 from collections import deque
@@ -27,9 +28,17 @@ logger = logging.getLogger(__name__)
 RETRY_DELAY_S = 0.5
 
 
+#: Work a caller attached to a message's ack (see ``SQLiteMessageProxy.in_ack_transaction``): run with
+#: the ack's connection inside its transaction; what it returns (if anything) runs after the commit.
+AckHook = Callable[[sqlite3.Connection], Callable[[], None] | None]
+
+
 @dataclass(frozen=True)
 class Settlement:
-    """One ack (``body is None and not dead``) or nack to commit."""
+    """One ack (``body is None and not dead``) or nack to commit, with the hooks attached to it.
+
+    ``settle=False``: the message was already given back (shutdown); only its hooks run.
+    """
 
     row_id: int
     deliveries: int
@@ -37,6 +46,8 @@ class Settlement:
     dead: bool = False
     body: bytes | None = None
     reason: str = ""
+    hooks: tuple[AckHook, ...] = ()
+    settle: bool = True
 
 
 class AckWriter:
@@ -114,13 +125,43 @@ class AckWriter:
 
     def _commit(self, batch: list[Settlement]) -> list[Settlement]:
         lost = []
+        after: list[Callable[[], None]] = []
         now = current_millis()
         with self._store.write() as conn:
             for s in batch:
-                if s.dead:
+                if not s.settle:
+                    ok = True
+                elif s.dead:
                     ok = self._store.message_nack(conn, s.row_id, self._owner, s.deliveries, s.body, now, s.reason)
                 else:
                     ok = self._store.message_ack(conn, s.row_id, self._owner, s.deliveries)
                 if not ok:
                     lost.append(s)
+                for hook in s.hooks:
+                    done = _run_hook(conn, hook, s.message_id)
+                    if done is not None:
+                        after.append(done)
+        for done in after:
+            try:
+                done()
+            except Exception:
+                logger.exception("An after-commit ack hook failed.")
         return lost
+
+
+def _run_hook(conn: sqlite3.Connection, hook: AckHook, message_id: str) -> Callable[[], None] | None:
+    """Run one hook in a SAVEPOINT: a hook that raises is rolled back alone and logged; the acks commit.
+
+    A hook whose batch is retried (the database was unavailable) runs again: it was rolled back."""
+    conn.execute("SAVEPOINT ack_hook")
+    try:
+        done = hook(conn)
+    except (DatabaseUnavailable, sqlite3.OperationalError):
+        raise  # the database, not the hook: the batch is retried (translated to DatabaseUnavailable)
+    except Exception:
+        conn.execute("ROLLBACK TO ack_hook")
+        conn.execute("RELEASE ack_hook")
+        logger.exception("The ack hook of message %s failed; its writes were rolled back.", message_id)
+        return None
+    conn.execute("RELEASE ack_hook")
+    return done

@@ -11,6 +11,7 @@ from dramatiq.broker import Consumer, MessageProxy
 from dramatiq.common import current_millis
 from dramatiq.message import Message
 
+from .acks import AckHook
 from .wakeup import IDLE_REPROBE_S
 
 if TYPE_CHECKING:
@@ -55,6 +56,19 @@ class SQLiteMessageProxy(MessageProxy):
         self.redelivered = deliveries > 1
         #: When the message became due (its eta, or its enqueue time), in ms: queue wait = start - due_at_ms.
         self.due_at_ms = due_at_ms if due_at_ms is not None else message.message_timestamp
+        self._ack_hooks: tuple[AckHook, ...] = ()
+
+    def in_ack_transaction(self, hook: AckHook) -> None:
+        """Run ``hook(conn)`` inside the transaction that commits this message's ack or nack.
+
+        For writes that belong with the message's settlement (a job layer's completion record): they
+        commit together with it, in the broker's group commit, instead of in a transaction of their
+        own. *conn* is the broker's sqlite3 connection; the hook must not commit. If it raises, its
+        writes are rolled back and logged and the ack still commits. What it returns, if callable,
+        runs after the commit (in the broker's ack thread). The hook runs even when the ack itself is
+        fenced (the lease was lost): its own writes carry their own guards.
+        """
+        self._ack_hooks = (*self._ack_hooks, hook)
 
 
 class _SQLiteConsumer(Consumer):

@@ -580,8 +580,16 @@ class SQLiteBroker(Broker):
             self._released.discard(message._row_id)
         message._slots.release()
         self._waiters.notify([message.queue_name])
+        hooks = message._ack_hooks
         if released:
-            return  # given back at shutdown: another process owns it now
+            # Given back at shutdown: another process owns it now; only the hooks still run.
+            if hooks:
+                self._ensure_consumer_services(message.queue_name)
+                assert self._acks is not None
+                self._acks.submit(
+                    Settlement(message._row_id, message._deliveries, message.message_id, hooks=hooks, settle=False)
+                )
+            return
         del held
         body = None
         reason = ""
@@ -596,7 +604,9 @@ class SQLiteBroker(Broker):
         if self._acks is None:
             self._ensure_consumer_services(message.queue_name)
         assert self._acks is not None
-        self._acks.submit(Settlement(message._row_id, message._deliveries, message.message_id, dead, body, reason))
+        self._acks.submit(
+            Settlement(message._row_id, message._deliveries, message.message_id, dead, body, reason, hooks=hooks)
+        )
 
     def _requeue(self, messages: list[SQLiteMessageProxy], *, quiet: bool = False) -> None:
         leases = []

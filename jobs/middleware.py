@@ -37,7 +37,8 @@ from . import db, events, store
 from .context import PROGRESS_INTERVAL_S, JobContext, TimeoutInterrupt
 from .errors import JobCancelled, JobTimeout, StaleAttempt, public_error
 from .group_commit import hot_write
-from .publish import JOB_ID_OPTION, prepare_broker, publish_in_transaction
+from .notify import NoticeBuffer
+from .publish import JOB_ID_OPTION, prepare_broker, publish_in_transaction, same_sqlite_file
 from .recovery import RecoveryReport, recover_expired, recover_in
 from .registry import Kind, Registry
 from .registry import registry as default_registry
@@ -55,6 +56,8 @@ WRITE_RETRY_MAX_S = 2.0
 TIMED_OUT = "Job timed out."
 
 _local = threading.local()
+#: "No deferred completion" (None is a valid result).
+_NOTHING = object()
 
 
 class _Process:
@@ -167,6 +170,7 @@ class JobMiddleware(Middleware):
         self._running: dict[int, JobContext] = {}
         self._keeper: _Keeper | None = None
         self._broker: Broker | None = None
+        self._ack_file_cache: dict[int, bool] = {}
 
     # -- per-process state --------------------------------------------------------------------------
     def _ensure_process(self) -> None:
@@ -268,6 +272,8 @@ class JobMiddleware(Middleware):
             return
         if ctx is None:
             raise SkipMessage(f"job {job_id} is not claimable (duplicate, cancelled, finished or running elsewhere)")
+        if self._acks_in_job_file(broker) and hasattr(message, "in_ack_transaction"):
+            ctx._settle_with = message  # type: ignore[attr-defined]
         _local.ctx = ctx
 
     def before_nack(self, broker: Broker, message: Any) -> None:
@@ -281,7 +287,21 @@ class JobMiddleware(Middleware):
                 logger.exception("Could not fail job %s of unknown kind %s.", job_id, message.actor_name)
 
     def after_process_message(self, broker: Broker, message: Any, *, result: Any = None, exception: Any = None) -> None:
+        ctx = getattr(_local, "ctx", None)
+        if ctx is not None and getattr(ctx, "_deferred", _NOTHING) is not _NOTHING:
+            message.in_ack_transaction(self._completion_hook(ctx, ctx._deferred))
         self._release()
+
+    def _acks_in_job_file(self, broker: Broker) -> bool:
+        """Whether *broker*'s acks commit in the job database (a SQLiteBroker on the same file)."""
+        same = self._ack_file_cache.get(id(broker))
+        if same is None:
+            same = False
+            if db.fast_sqlite(self.engine):
+                with self.engine.connect() as conn:
+                    same = same_sqlite_file(conn, broker)
+            self._ack_file_cache[id(broker)] = same
+        return same
 
     def after_skip_message(self, broker: Broker, message: Any) -> None:
         self._release()
@@ -368,6 +388,10 @@ class JobMiddleware(Middleware):
 
     def _finish(self, ctx: JobContext, kind: Kind, outcome: str, value: Any) -> None:
         if outcome == "ok" and ctx.parent_job_id is None:
+            if getattr(ctx, "_settle_with", None) is not None:
+                # Completed in the transaction that acks the message (see _completion_hook).
+                ctx._deferred = value  # type: ignore[attr-defined]
+                return
             if self._complete_fast(ctx, value):
                 return
         elif not ctx.flush_progress():
@@ -449,6 +473,62 @@ class JobMiddleware(Middleware):
                 tx, job_id=ctx.job_id, owner_id=ctx.owner_id, sequence=seq, status=status, now=now, **data
             )
             ctx._final_status = status  # type: ignore[attr-defined]
+
+    def _completion_hook(self, ctx: JobContext, value: Any) -> Callable[[Any], Callable[[], None]]:
+        """The completion of *ctx* as a hook of its message's ack (SQLite broker on the job file).
+
+        A job that returned is recorded ``succeeded`` in the same transaction that acks its message:
+        the broker group-commits acks, so the completion costs no transaction and no wait of its own,
+        and a crash before that commit leaves both undone — the message comes back after its lease
+        and the job's recovery rules apply, exactly as for a crash a moment earlier. A cancel request
+        that committed first makes it ``cancelled``; a superseded attempt writes nothing.
+        """
+        pending = ctx.take_pending_progress()
+        message = None if pending is None else pending[1]
+        kind = ctx.kind
+
+        def hook(conn: Any) -> Callable[[], None]:
+            tx = db.Tx(conn, NoticeBuffer())
+            now = store.now_ms()
+            final = "succeeded"
+            seq = store.job_complete_if_current(
+                conn, ctx.job_id, ctx.attempt, ctx.worker_id, value, now, progress_message=message
+            )
+            if seq is None:
+                current, _ = store.job_check_current(conn, ctx.job_id, ctx.attempt, ctx.worker_id)
+                seq = (
+                    store.job_finish_if_current(conn, ctx.job_id, ctx.attempt, ctx.worker_id, "cancelled", None, now)
+                    if current
+                    else None
+                )
+                final = "cancelled" if seq is not None else "stale"
+            if seq is not None:
+                events.status_event(
+                    tx,
+                    job_id=ctx.job_id,
+                    owner_id=ctx.owner_id,
+                    sequence=seq,
+                    status=final,
+                    now=now,
+                    workflow_step=False,
+                    attempt=ctx.attempt,
+                )
+
+            def after_commit() -> None:
+                tx.notices.deliver()
+                if final == "stale":
+                    ctx._stale("outcome ok")
+                    lifecycle("job.stale_write", ctx.job_id, kind, ctx.attempt, outcome="stale")
+                    return
+                ctx.completed = final == "succeeded"
+                started = getattr(ctx, "_started_monotonic", None)
+                duration = None if started is None else time.monotonic() - started
+                event = "job.completed" if final == "succeeded" else "job.cancelled"
+                lifecycle(event, ctx.job_id, kind, ctx.attempt, outcome=final, duration_s=duration)
+
+            return after_commit
+
+        return hook
 
     def _complete_fast(self, ctx: JobContext, value: Any) -> bool:
         """running → succeeded on the hot path (a job that is no workflow step); False when the

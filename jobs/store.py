@@ -341,11 +341,18 @@ def job_complete_if_current(
 
 
 def job_finish_if_current(
-    conn: Connection, job_id: str, attempt: int, worker: str, status: str, error: str | None, now: int
+    conn: Connection | sqlite3.Connection,
+    job_id: str,
+    attempt: int,
+    worker: str,
+    status: str,
+    error: str | None,
+    now: int,
 ) -> int | None:
     """running → failed or cancelled (by the execution itself); returns the status event's sequence."""
-    row = conn.execute(
-        _q(
+    row = _exec(
+        conn,
+        (
             "UPDATE jobs SET status = :status, error = :error, worker_id = NULL, lease_expires_at = NULL, "
             f"completed_at = :now, updated_at = :now, event_seq = event_seq + 1 WHERE {CURRENT} RETURNING event_seq"
         ),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -145,3 +146,85 @@ def test_completed_jobs_are_counted_by_observers_without_info_lines(
     lines = [r.getMessage() for r in caplog.records if r.name == "tenure.lifecycle"]
     assert any(line.startswith("job.failed") for line in lines)
     assert not any(line.startswith(("job.completed", "job.started")) for line in lines)
+
+
+# -- completion committed with the message's ack (SQLite broker on the job file) ----------------------
+def _deferred(env: JobEnv, fn: Any = None) -> tuple[str, JobContext]:
+    env.declare("acked", fn or (lambda ctx: {"n": 1}))
+    job = env.submit("acked")
+    ctx = env.claim(job.id)
+    assert ctx is not None
+    ctx._settle_with = object()  # type: ignore[attr-defined]  # as before_process_message sets it
+    ctx.progress(0.5, "last words")
+    run_job(env.mw, ctx)
+    assert env.row(job.id).status == "running"  # nothing written yet: it waits for the ack
+    return job.id, ctx
+
+
+def _run_in_ack_transaction(env: JobEnv, ctx: JobContext) -> None:
+    hook = env.mw._completion_hook(ctx, ctx._deferred)  # type: ignore[attr-defined]
+    conn = db.raw_connection(env.engine.url.database or "", 5000)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        after = hook(conn)
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+    after()
+
+
+def test_completion_commits_in_the_ack_transaction(sqlite_env: JobEnv) -> None:
+    env = sqlite_env
+    job_id, ctx = _deferred(env)
+    _run_in_ack_transaction(env, ctx)
+    row = env.row(job_id)
+    assert (row.status, row.result, row.progress, row.progress_message) == ("succeeded", '{"n":1}', 1.0, "last words")
+    assert ctx.completed
+    statuses = [e.data for e in jobs.job_events(env.engine, job_id, owner_id="u1") if e.type == "status"]
+    assert [s["status"] for s in statuses] == ["queued", "running", "succeeded"]
+
+
+def test_a_cancel_committed_before_the_ack_wins(sqlite_env: JobEnv) -> None:
+    env = sqlite_env
+    job_id, ctx = _deferred(env)
+    assert jobs.cancel(env.engine, job_id, by="u1").outcome == jobs.CancelOutcome.REQUESTED
+    _run_in_ack_transaction(env, ctx)
+    row = env.row(job_id)
+    assert (row.status, row.result) == ("cancelled", None)
+    assert not ctx.completed
+
+
+def test_a_superseded_attempt_completes_nothing_at_ack(sqlite_env: JobEnv) -> None:
+    env = sqlite_env
+    job_id, ctx = _deferred(env)
+    env.age_lease(job_id)
+    newer = env.claim(job_id, env.worker())
+    assert newer is not None and newer.attempt == 2
+    before = env.row(job_id)
+    _run_in_ack_transaction(env, ctx)
+    assert env.row(job_id) == before
+    assert ctx.lost and not ctx.completed
+
+
+def test_a_real_worker_completes_jobs_through_its_acks(sqlite_env: JobEnv) -> None:
+    import dramatiq
+
+    env = sqlite_env
+    env.declare("through_acks", lambda ctx: ctx.progress(1.0, "done") or "ok")
+    env.broker.add_middleware(env.mw)
+    ids = [env.submit("through_acks").id for _ in range(20)]
+    worker = dramatiq.Worker(env.broker, worker_threads=4, worker_timeout=50)
+    worker.start()
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            done = env.sql("SELECT count(*) FROM jobs WHERE status = 'succeeded'")[0][0]
+            if done == len(ids):
+                break
+            time.sleep(0.05)
+    finally:
+        worker.stop()
+    rows = [env.row(i) for i in ids]
+    assert all((r.status, r.result, r.progress_message) == ("succeeded", '"ok"', "done") for r in rows)
+    assert env.sql("SELECT count(*) FROM broker_messages")[0][0] == 0  # acked in the same transactions
+    assert list(env.mw._ack_file_cache.values()) == [True]  # the completions did ride on the acks
