@@ -16,6 +16,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from dramatiq.common import current_millis
 
@@ -50,6 +51,24 @@ class Settlement:
     settle: bool = True
 
 
+class Call:
+    """A write another layer runs in the next ack batch and waits for (see ``SQLiteBroker.write_with_acks``)."""
+
+    __slots__ = ("fn", "done", "result", "error", "after")
+
+    def __init__(self, fn: Callable[[sqlite3.Connection], Any]) -> None:
+        self.fn = fn
+        self.done = threading.Event()
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+    def wait(self) -> Any:
+        self.done.wait()
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
 class AckWriter:
     def __init__(
         self, store: MessageStore, owner: str, on_lost: Callable[[Settlement], None], on_done: Callable[[], None]
@@ -58,15 +77,20 @@ class AckWriter:
         self._owner = owner
         self._on_lost = on_lost
         self._on_done = on_done
-        self._pending: deque[Settlement] = deque()
+        self._pending: deque[Settlement | Call] = deque()
         self._cond = threading.Condition()
         self._busy = False
         self._stopped = False
         self._thread = threading.Thread(target=self._run, name="tenure-broker-acks", daemon=True)
         self._thread.start()
 
-    def submit(self, settlement: Settlement) -> None:
+    def submit(self, settlement: Settlement | Call) -> None:
         with self._cond:
+            if isinstance(settlement, Call) and (self._stopped or not self._thread.is_alive()):
+                # Nobody would run it: fail the caller now rather than let it wait forever.
+                settlement.error = DatabaseUnavailable("the broker's ack writer has stopped")
+                settlement.done.set()
+                return
             self._pending.append(settlement)
             self._cond.notify_all()
 
@@ -113,9 +137,13 @@ class AckWriter:
                     self._cond.notify_all()
                 time.sleep(RETRY_DELAY_S)
                 continue
-            except Exception:
+            except Exception as e:
                 logger.exception("Unexpected error committing %d acks; their messages will run again.", len(batch))
                 lost = []
+                for item in batch:
+                    if isinstance(item, Call) and not item.done.is_set():
+                        item.error = e
+                        item.done.set()
             with self._cond:
                 self._busy = False
                 self._cond.notify_all()
@@ -123,12 +151,17 @@ class AckWriter:
                 self._on_lost(settlement)
             self._on_done()
 
-    def _commit(self, batch: list[Settlement]) -> list[Settlement]:
+    def _commit(self, batch: list[Settlement | Call]) -> list[Settlement]:
         lost = []
         after: list[Callable[[], None]] = []
+        calls: list[Call] = []
         now = current_millis()
         with self._store.write() as conn:
             for s in batch:
+                if isinstance(s, Call):
+                    _run_call(conn, s)
+                    calls.append(s)
+                    continue
                 if not s.settle:
                     ok = True
                 elif s.dead:
@@ -141,12 +174,29 @@ class AckWriter:
                     done = _run_hook(conn, hook, s.message_id)
                     if done is not None:
                         after.append(done)
+        for call in calls:
+            call.done.set()
         for done in after:
             try:
                 done()
             except Exception:
                 logger.exception("An after-commit ack hook failed.")
         return lost
+
+
+def _run_call(conn: sqlite3.Connection, call: Call) -> None:
+    """Run a caller's write in a SAVEPOINT: if it raises, only its writes roll back and the caller gets
+    the exception once the batch committed. A batch retried after the database was unavailable runs it
+    again (it was rolled back)."""
+    conn.execute("SAVEPOINT ack_call")
+    try:
+        call.result, call.error = call.fn(conn), None
+    except (DatabaseUnavailable, sqlite3.OperationalError):
+        raise
+    except Exception as e:
+        conn.execute("ROLLBACK TO ack_call")
+        call.result, call.error = None, e
+    conn.execute("RELEASE ack_call")
 
 
 def _run_hook(conn: sqlite3.Connection, hook: AckHook, message_id: str) -> Callable[[], None] | None:

@@ -13,9 +13,9 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from dramatiq.broker import Broker
 from dramatiq.common import current_millis, dq_name, q_name
@@ -23,7 +23,7 @@ from dramatiq.errors import DecodeError, QueueJoinTimeout, QueueNotFound
 from dramatiq.message import Message
 from dramatiq.middleware import Middleware, SkipMessage
 
-from .acks import AckWriter, Settlement
+from .acks import AckWriter, Call, Settlement
 from .connection import SQLiteTarget, parse_sqlite_url
 from .consumer import PrefetchSlots, SQLiteMessageProxy, _SQLiteConsumer
 from .errors import UnsupportedDatabase
@@ -31,6 +31,7 @@ from .leases import LeaseKeeper
 from .store import DeadLetter, MessageStore, QueueStats
 from .wakeup import Listener, LocalWaiters, Nudger, namespace_for
 
+T = TypeVar("T")
 logger = logging.getLogger(__name__)
 
 #: Default database location, relative to the working directory.
@@ -572,6 +573,26 @@ class SQLiteBroker(Broker):
         if reaped:
             self.wake(set(reaped))
         return proxies, None
+
+    def write_with_acks(self, queue_name: str, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn(conn)`` in this process's next ack group commit and return its result after the commit.
+
+        For small writes another layer makes for every message it processes, in the same file (a job
+        layer's claim): they share the acks' transaction, write lock and commit instead of taking
+        their own. *conn* is the broker's sqlite3 connection; *fn* must not commit, may run again if
+        the database was unavailable (its first run was rolled back), and if it raises only its own
+        writes roll back and the exception is raised here.
+
+        Raises:
+          ConnectionClosed: The database is unavailable (see :mod:`broker.errors`).
+        """
+        if self._acks is None:
+            self._ready()
+            self._ensure_consumer_services(queue_name)
+        assert self._acks is not None
+        call = Call(fn)
+        self._acks.submit(call)
+        return call.wait()  # type: ignore[no-any-return]
 
     def _settle(self, message: SQLiteMessageProxy, *, dead: bool) -> None:
         with self._state_lock:

@@ -261,7 +261,7 @@ class JobMiddleware(Middleware):
             if kind is None or message.actor_name not in broker.actors:
                 _retrying(f"Failing job {job_id}", lambda: self._fail_unknown(job_id, message.actor_name))
                 raise SkipMessage(f"no handler for kind {message.actor_name}")
-            ctx = _retrying(f"Claim of job {job_id}", lambda: self._claim(broker, job_id))
+            ctx = _retrying(f"Claim of job {job_id}", lambda: self._claim(broker, job_id, message.queue_name))
         except SkipMessage:
             raise
         except Exception:
@@ -312,7 +312,7 @@ class JobMiddleware(Middleware):
             return
         _local.ctx = None
 
-    def _claim(self, broker: Broker, job_id: str) -> JobContext | None:
+    def _claim(self, broker: Broker, job_id: str, queue_name: str | None = None) -> JobContext | None:
         if self._broker is None:
             self._broker = broker
         prepare_broker(broker)
@@ -333,7 +333,14 @@ class JobMiddleware(Middleware):
                 )
             return job
 
-        job = hot_write(self.engine, claim)
+        if queue_name is not None and self._acks_in_job_file(broker):
+            # The broker's ack writer commits this process's acks (and job completions, see
+            # _completion_hook) in batches on the same file: the claim joins its next batch.
+            notices = NoticeBuffer()
+            job = broker.write_with_acks(queue_name, lambda conn: claim(db.Tx(conn, notices)))  # type: ignore[attr-defined]
+            notices.deliver()
+        else:
+            job = hot_write(self.engine, claim)
         if job is None:
             with db.write(self.engine) as tx:
                 # Maybe it is running under an expired lease but not claimable (unsafe kind, cancel

@@ -101,11 +101,10 @@ def submit(
     if k.workflow:  # one entry point for every kind: a workflow kind's submit creates its workflow
         from .workflows import submit_workflow_kind  # late: workflows builds on this module
 
-        if delay:
-            raise ValueError("a workflow cannot be delayed: its first steps are queued at once")
         return submit_workflow_kind(
             target,
             k,
+            delay=delay,
             owner_id=owner_id,
             payload=payload,
             resource=resource,

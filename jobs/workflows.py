@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import Engine
@@ -169,6 +170,7 @@ def submit_workflow(
     retry_of_job_id: str | None = None,
     reused: Mapping[str, str] | None = None,
     request: Mapping[str, Any] | None = None,
+    delay: float | timedelta | None = None,
 ) -> JobRecord:
     """Create a workflow: its parent job, its steps and their dependencies, in one transaction.
 
@@ -182,6 +184,8 @@ def submit_workflow(
       request: The payload the workflow was submitted with (a workflow kind's): kept in the parent's
         payload, and "the same request" for the idempotency key means the same *request* (default:
         the same steps).
+      delay: Seconds (or a timedelta) before the first steps may start; the workflow shows running
+        meanwhile, its first steps queued with that wait.
 
     Raises:
       ValueError: An invalid DAG (duplicate names, unknown dependency, cycle) or no steps.
@@ -240,6 +244,7 @@ def submit_workflow(
             ids=dict(reused),
             settings=settings,
             now=now,
+            delay=delay,
         )
 
     if isinstance(target, Session):
@@ -267,6 +272,7 @@ def _insert_steps(
     ids: dict[str, str],
     settings: Settings,
     now: int,
+    delay: float | timedelta | None = None,
 ) -> dict[str, str]:
     """Insert *order* (topologically sorted) as queued steps of *parent_id* with their edges; steps
     whose dependencies have all succeeded get their message now. *ids* maps the names already known
@@ -283,7 +289,7 @@ def _insert_steps(
             resource=resource,
             idempotency_key=None,
             priority=0,
-            delay=None,
+            delay=None if step.depends_on else delay,  # later steps wait for their dependencies
             max_attempts=step.max_attempts or k.max_attempts or settings.max_attempts,
             timeout_s=step.timeout_s or k.timeout_s or settings.job_timeout_s,
             config={**snapshot, **dict(step.config), STEP_KEY: step.name},
@@ -302,7 +308,7 @@ def _insert_steps(
                 actor_name=row["actor_name"],
                 queue_name=row["queue_name"],
                 priority=0,
-                delay_ms=0,
+                delay_ms=row["run_after"] - row["created_at"],
                 now=now,
             )
     return ids
@@ -319,6 +325,7 @@ def submit_workflow_kind(
     registry: Registry | None = None,
     settings: Settings | None = None,
     retry_of_job_id: str | None = None,
+    delay: float | timedelta | None = None,
 ) -> JobRecord:
     """Submit a workflow kind (what :func:`jobs.submit` does for one): its function builds the steps.
 
@@ -343,6 +350,7 @@ def submit_workflow_kind(
         settings=settings,
         retry_of_job_id=retry_of_job_id,
         request=request,
+        delay=delay,
     )
 
 

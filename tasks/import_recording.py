@@ -21,7 +21,7 @@ from . import store
 from .domain.control import Cancelled
 from .domain.recording.danmaku import HostileXml
 from .domain.recording.importer import RecordingError, import_recording
-from .pipeline import PipelineError, extend_after_import
+from .pipeline import PipelineError, check_plan, extend_after_import
 from .runtime import Reporter, hinted_backoff
 
 #: Queue of the import kind.
@@ -43,6 +43,7 @@ def import_recording_job(ctx: JobContext, *, folder: str | None = None, files: l
       RecordingError: No segments, several rooms, or an unreadable segment (the file is named).
       HostileXml: A danmaku file tries entity expansion.
     """
+    check_plan(ctx)  # as a pipeline's first step: refuse an impossible plan before any work
     if (folder is None) == (files is None):
         raise RecordingError("give either a folder or a list of files")
     source: Path | list[Path] = Path(folder) if folder is not None else [Path(f) for f in files or []]

@@ -74,17 +74,11 @@ def recording_pipeline(
     """Run the whole recording pipeline on a folder.
 
     Import it, transcribe every segment, render a highlight with subtitles and a thumbnail, and
-    notify the channels.
-
-    Raises:
-      ValueError: A window or size that cannot be rendered.
+    notify the channels. A window or size that cannot be rendered fails the import step at once
+    (see :func:`check_plan`), before any work: the API's payload schema types these fields but
+    cannot say "positive" or "start before end", so a request it calls valid is accepted (201) and
+    the workflow fails with the reason.
     """
-    if (start_s is None) != (end_s is None):
-        raise ValueError("give both start_s and end_s, or neither")
-    if start_s is not None and end_s is not None and not 0 <= start_s < end_s:
-        raise ValueError("the window must satisfy 0 <= start_s < end_s")
-    if highlight_s <= 0 or width <= 0 or height <= 0:
-        raise ValueError("highlight_s, width and height must be positive")
     plan = {
         "channels": list(channels),
         "start_s": start_s,
@@ -95,6 +89,26 @@ def recording_pipeline(
         "height": int(height),
     }
     return [Step("import", "import_recording", {"folder": folder}, config={PLAN_KEY: plan})]
+
+
+def check_plan(ctx: JobContext) -> None:
+    """Refuse a pipeline plan that cannot be rendered, before the import step does any work.
+
+    Raises:
+      PipelineError: Half a window, a window outside ``0 <= start_s < end_s``, or a size or
+        highlight length that is not positive.
+    """
+    plan = _plan(ctx)
+    if plan is None:
+        return
+    start_s, end_s = plan.get("start_s"), plan.get("end_s")
+    if (start_s is None) != (end_s is None):
+        raise PipelineError("give both start_s and end_s, or neither")
+    if start_s is not None and end_s is not None and not 0 <= start_s < end_s:
+        raise PipelineError("the window must satisfy 0 <= start_s < end_s")
+    if plan["highlight_s"] <= 0 or plan["width"] <= 0 or plan["height"] <= 0:
+        raise PipelineError("highlight_s, width and height must be positive")
+    _check_channels(plan.get("channels") or ())
 
 
 def _plan(ctx: JobContext) -> Mapping[str, Any] | None:

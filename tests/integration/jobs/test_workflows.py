@@ -320,11 +320,30 @@ def test_a_workflow_kind_is_submitted_like_any_kind(env: JobEnv) -> None:
         env.submit("planned_kind", payload={"n": 5}, idempotency_key="k1")
     with pytest.raises(ValueError, match="does not fit"):
         env.submit("planned_kind", payload={"nope": 1})
-    with pytest.raises(ValueError, match="cannot be delayed"):
-        env.submit("planned_kind", payload={}, delay=5)
+    later = env.submit("planned_kind", payload={}, delay=5)  # a delay holds its first steps (see below)
+    held = env.row(_steps(env, later.id)["plan"].id)
+    assert later.status == "running" and held.run_after - held.created_at == 5000
     assert json.loads(env.row(first.id).payload)["request"] == {"n": 1}
     _run_step(env, _steps(env, first.id)["plan"].id)
     steps = _steps(env, first.id)
     for name in ("w0", "join"):
         _run_step(env, steps[name].id)
     assert jobs.get_job(env.engine, first.id, owner_id="u1").status == "succeeded"
+
+
+def test_a_delayed_workflow_holds_its_first_steps(sqlite_env: JobEnv) -> None:
+    env = sqlite_env
+    _declare(env)
+    before = jobs.store.now_ms()
+    parent = submit_workflow(env.engine, owner_id="u1", name="later", steps=DIAMOND, registry=env.registry,
+                             settings=env.settings, delay=60)  # fmt: skip
+    steps = _steps(env, parent.id)
+    etas = {
+        json.loads(body)["options"]["tenure_job_id"]: eta
+        for body, eta in env.sql("SELECT body, eta FROM broker_messages")
+    }
+    assert list(etas) == [steps["a"].id]  # only the first step has a message, due in a minute
+    assert before + 59_000 <= etas[steps["a"].id] <= jobs.store.now_ms() + 60_000
+    assert env.row(steps["a"].id).run_after == etas[steps["a"].id]
+    assert env.row(steps["b"].id).run_after < before + 59_000  # later steps wait for their dependencies only
+    assert env.claim(steps["a"].id) is not None  # an early delivery (run_now) may still run it
