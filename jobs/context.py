@@ -158,7 +158,9 @@ class JobContext:
           False if this attempt is no longer current (nothing was written).
         """
         with self._progress_lock:
-            pending, self._pending_progress = self._pending_progress, None
+            # Left pending until written: a completion committing meanwhile takes it too (see
+            # take_pending_progress), so the last report is never lost between the two writes.
+            pending = self._pending_progress
             self._progress_due = time.monotonic() + PROGRESS_INTERVAL_S
         if pending is None:
             return True
@@ -172,7 +174,11 @@ class JobContext:
                 tx.notify(Notice(self.job_id, self.owner_id, "progress", "running", seq))
             return seq
 
-        return hot_write(self._engine, write) is not None
+        written = hot_write(self._engine, write) is not None
+        with self._progress_lock:
+            if written and self._pending_progress is pending:
+                self._pending_progress = None
+        return written
 
     def take_pending_progress(self) -> tuple[float | None, str | None] | None:
         """The progress not yet written, handed to a write that records it itself (completion)."""

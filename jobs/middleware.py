@@ -576,7 +576,7 @@ class JobMiddleware(Middleware):
             if ctx.lost or ctx.completed or ctx.finishing:
                 continue
             try:
-                if not ctx.flush_progress():
+                if not ctx.flush_progress() and not (ctx.finishing or ctx.completed):
                     ctx.lost = True
                     logger.warning(
                         "Job %s attempt %d lost its lease; its progress was not written.", ctx.job_id, ctx.attempt
