@@ -163,3 +163,37 @@ def _change(r: store.ChangeRow) -> JobChange:
 
 def _ms(dt: datetime) -> int:
     return round(dt.timestamp() * 1000)
+
+
+@dataclass(frozen=True)
+class FinishedJob:
+    """When a finished job was created, started and finished (for throughput and latency charts)."""
+
+    status: str
+    created_at: datetime
+    started_at: datetime | None
+    completed_at: datetime
+
+
+def finished_since(
+    engine: Engine, since: datetime, *, owner_id: str | None, is_admin: bool = False, limit: int = 200_000
+) -> list[FinishedJob]:
+    """Jobs that finished at or after *since*, oldest first: the owner's, or everyone's for an admin
+    (``owner_id=None`` requires ``is_admin``). One indexed query, however many jobs exist before *since*."""
+    if owner_id is None and not is_admin:
+        raise ValueError("owner_id is required unless is_admin")
+    with db.read(engine) as conn:
+        rows = store.job_finished_since(conn, _ms(since), None if is_admin and owner_id is None else owner_id, limit)
+    return [
+        FinishedJob(
+            status=status,
+            created_at=_dt(created),
+            started_at=_dt(started) if started is not None else None,
+            completed_at=_dt(completed),
+        )
+        for status, created, started, completed in rows
+    ]
+
+
+def _dt(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, UTC)

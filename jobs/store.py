@@ -808,3 +808,20 @@ def job_run_now(conn: Connection, job_id: str, now: int) -> ExpeditedJob | None:
         {"id": job_id, "now": now},
     ).fetchone()
     return None if row is None else ExpeditedJob(*row)
+
+
+# -- activity ----------------------------------------------------------------------------------------
+def job_finished_since(conn: Connection, since: int, owner_id: str | None, limit: int) -> list[tuple[Any, ...]]:
+    """``(status, created_at, started_at, completed_at)`` of jobs finished at or after *since*, oldest
+    first (range scans of the finished-jobs index per status)."""
+    owner = " AND owner_id = :owner" if owner_id is not None else ""
+    return list(
+        conn.execute(
+            _q(
+                "SELECT status, created_at, started_at, completed_at FROM jobs "
+                "WHERE status IN ('succeeded', 'failed', 'cancelled', 'interrupted') "
+                f"AND completed_at IS NOT NULL AND completed_at >= :since{owner} ORDER BY completed_at LIMIT :limit"
+            ),
+            {"since": since, "owner": owner_id, "limit": limit},
+        ).fetchall()
+    )

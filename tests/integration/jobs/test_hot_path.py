@@ -228,3 +228,27 @@ def test_a_real_worker_completes_jobs_through_its_acks(sqlite_env: JobEnv) -> No
     assert all((r.status, r.result, r.progress_message) == ("succeeded", '"ok"', "done") for r in rows)
     assert env.sql("SELECT count(*) FROM broker_messages")[0][0] == 0  # acked in the same transactions
     assert list(env.mw._ack_file_cache.values()) == [True]  # the completions did ride on the acks
+
+
+def test_finished_since_reads_the_window_scoped_by_owner(env: JobEnv) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from jobs.queries import finished_since
+
+    env.declare("short", lambda ctx: None)
+    mine = [env.submit("short").id for _ in range(3)]
+    theirs = env.submit("short", owner_id="u2").id
+    queued = env.submit("short").id  # never runs: not in any window
+    for job_id in [*mine, theirs]:
+        ctx = env.claim(job_id)
+        assert ctx is not None
+        run_job(env.mw, ctx)
+    env.sql("UPDATE jobs SET completed_at = completed_at - 7200000 WHERE id = :id", id=mine[0])  # 2 h ago
+    hour_ago = datetime.now(UTC) - timedelta(hours=1)
+    own = finished_since(env.engine, hour_ago, owner_id="u1")
+    assert len(own) == 2 and all(f.status == "succeeded" and f.started_at is not None for f in own)
+    assert len(finished_since(env.engine, hour_ago, owner_id=None, is_admin=True)) == 3
+    assert len(finished_since(env.engine, hour_ago - timedelta(hours=2), owner_id="u1")) == 3
+    assert queued not in mine
+    with pytest.raises(ValueError):
+        finished_since(env.engine, hour_ago, owner_id=None)
