@@ -296,20 +296,11 @@ class JobContext:
                 result_text = store.dumps(rtx._result)
                 session.flush()
                 self._check_declared_outputs(rtx._result)
-                seq = store.job_complete_if_current(conn, self.job_id, self.attempt, self.worker_id, result_text, now)
-                if seq is None:  # cannot happen under the lock taken on entry; kept as the fence of last resort
-                    raise self._stale("result_transaction commit")
                 tx = db.session_tx(session)
                 tx.broker = self._broker
-                events.status_event(
-                    tx,
-                    job_id=self.job_id,
-                    owner_id=self.owner_id,
-                    sequence=seq,
-                    status="succeeded",
-                    now=now,
-                    attempt=self.attempt,
-                )
+                if not self._record_success(tx, result_text, now):
+                    # cannot happen under the lock taken on entry; kept as the fence of last resort
+                    raise self._stale("result_transaction commit")
                 self.finishing = True
                 session.commit()
                 self.completed = True
@@ -321,6 +312,30 @@ class JobContext:
             lock.release()
 
     # -- internals ----------------------------------------------------------------------------------
+    def _record_success(
+        self, tx: db.Tx, value: str | None, now: int, *, message: str | None = None, workflow_step: bool = True
+    ) -> bool:
+        """running → succeeded (with its status event) inside *tx*; False when the guard matched nothing.
+
+        *message*: this attempt's last progress line not yet written. ``workflow_step=False``: the caller
+        knows the job is no workflow step (see :func:`jobs.events.status_event`)."""
+        seq = store.job_complete_if_current(
+            tx.conn, self.job_id, self.attempt, self.worker_id, value, now, progress_message=message
+        )
+        if seq is None:
+            return False
+        events.status_event(
+            tx,
+            job_id=self.job_id,
+            owner_id=self.owner_id,
+            sequence=seq,
+            status="succeeded",
+            now=now,
+            workflow_step=workflow_step,
+            attempt=self.attempt,
+        )
+        return True
+
     def _not_inside_result_transaction(self, what: str) -> None:
         # On SQLite the result transaction holds the only write lock: a second transaction from this
         # thread would wait for it until the busy timeout. Fail fast with the reason instead.

@@ -411,7 +411,7 @@ class JobMiddleware(Middleware):
             conn = tx.conn
             now = store.now_ms()
             if outcome == "ok":
-                if _complete_in(tx, ctx, value, now):
+                if ctx._record_success(tx, value, now):
                     ctx.completed = True
                     ctx._final_status = "succeeded"  # type: ignore[attr-defined]
                     return
@@ -488,7 +488,7 @@ class JobMiddleware(Middleware):
             tx = db.Tx(conn, NoticeBuffer())
             now = store.now_ms()
             final = "succeeded"
-            if not _complete_in(tx, ctx, value, now, message=message, workflow_step=False):
+            if not ctx._record_success(tx, value, now, message=message, workflow_step=False):
                 # Not completed: superseded (stale), or a cancel request committed first.
                 current, _ = store.job_check_current(conn, ctx.job_id, ctx.attempt, ctx.worker_id)
                 seq = (
@@ -533,7 +533,7 @@ class JobMiddleware(Middleware):
         message = None if pending is None else pending[1]
 
         def complete(tx: db.Tx) -> bool:
-            return _complete_in(tx, ctx, value, store.now_ms(), message=message, workflow_step=False)
+            return ctx._record_success(tx, value, store.now_ms(), message=message, workflow_step=False)
 
         if not hot_write(self.engine, complete):
             return False
@@ -612,31 +612,6 @@ class JobMiddleware(Middleware):
     def recover(self) -> RecoveryReport:
         assert self._broker is not None
         return recover_expired(self.engine, broker=self._broker)
-
-
-def _complete_in(
-    tx: db.Tx, ctx: JobContext, value: str | None, now: int, *, message: str | None = None, workflow_step: bool = True
-) -> bool:
-    """running → succeeded (with its status event) inside *tx*; False when the guard matched nothing.
-
-    *message*: the attempt's last progress line not yet written. ``workflow_step=False``: the caller
-    knows the job is no workflow step (see :func:`jobs.events.status_event`)."""
-    seq = store.job_complete_if_current(
-        tx.conn, ctx.job_id, ctx.attempt, ctx.worker_id, value, now, progress_message=message
-    )
-    if seq is None:
-        return False
-    events.status_event(
-        tx,
-        job_id=ctx.job_id,
-        owner_id=ctx.owner_id,
-        sequence=seq,
-        status="succeeded",
-        now=now,
-        workflow_step=workflow_step,
-        attempt=ctx.attempt,
-    )
-    return True
 
 
 class _Keeper:
