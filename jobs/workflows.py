@@ -308,7 +308,7 @@ def _insert_steps(
                 actor_name=row["actor_name"],
                 queue_name=row["queue_name"],
                 priority=0,
-                delay_ms=row["run_after"] - row["created_at"],
+                delay_ms=max(0, row["run_after"] - now),  # the message is due exactly when the row says
                 now=now,
             )
     return ids
