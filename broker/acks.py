@@ -31,7 +31,19 @@ RETRY_DELAY_S = 0.5
 
 #: Work a caller attached to a message's ack (see ``SQLiteMessageProxy.in_ack_transaction``): run with
 #: the ack's connection inside its transaction; what it returns (if anything) runs after the commit.
+#: A hook with a ``batch`` attribute is run together with the other hooks of the same batch function
+#: (see :data:`HookBatch`).
 AckHook = Callable[[sqlite3.Connection], Callable[[], None] | None]
+
+#: ``batch(conn, hooks)``: the hooks of one ack batch that share this function, run at once (one
+#: statement for all of them instead of several each); returns each hook's after-commit callable, in
+#: order. If it raises, its writes are rolled back and each hook runs on its own instead.
+HookBatch = Callable[[sqlite3.Connection, list[Any]], list[Callable[[], None] | None]]
+
+#: ``batch(conn, fns)``: the functions of the :class:`Call` s of one ack batch that share it, run at
+#: once; returns each call's result, in order. If it raises, its writes are rolled back and each
+#: call's function runs on its own instead.
+CallBatch = Callable[[sqlite3.Connection, list[Any]], list[Any]]
 
 
 @dataclass(frozen=True)
@@ -51,14 +63,46 @@ class Settlement:
     settle: bool = True
 
 
+class _Done:
+    """A one-shot completion flag: a bare lock held until :meth:`set`.
+
+    ``threading.Event`` builds a Condition and a fresh waiter lock per wait; a write that worker
+    threads wait for on every message pays for that on each hand-off."""
+
+    __slots__ = ("_lock", "_set")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lock.acquire()
+        self._set = False
+
+    def set(self) -> None:
+        if not self._set:
+            self._set = True
+            try:
+                self._lock.release()
+            except RuntimeError:
+                pass  # set twice at once (a shutdown failing it while the writer finishes it): already set
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def wait(self) -> None:
+        with self._lock:
+            pass
+
+
 class Call:
-    """A write another layer runs in the next ack batch and waits for (see ``SQLiteBroker.write_with_acks``)."""
+    """A write another layer runs in the next ack batch and waits for (see ``SQLiteBroker.write_with_acks``).
 
-    __slots__ = ("fn", "done", "result", "error", "after")
+    ``batch``: calls of one ack batch sharing this function run together (see :data:`CallBatch`)."""
 
-    def __init__(self, fn: Callable[[sqlite3.Connection], Any]) -> None:
+    __slots__ = ("fn", "done", "result", "error", "batch")
+
+    def __init__(self, fn: Callable[[sqlite3.Connection], Any], batch: CallBatch | None = None) -> None:
         self.fn = fn
-        self.done = threading.Event()
+        self.batch = batch
+        self.done = _Done()
         self.result: Any = None
         self.error: BaseException | None = None
 
@@ -94,6 +138,21 @@ class AckWriter:
             self._pending.append(settlement)
             self._cond.notify_all()
 
+    @property
+    def running(self) -> bool:
+        """Whether writes submitted now will be run (the writer is neither stopped nor dead)."""
+        return not self._stopped and self._thread.is_alive()
+
+    def run(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
+        """Run ``fn(conn)`` in the next batch and wait for its commit; returns its result.
+
+        Raises:
+          DatabaseUnavailable: The writer stopped before running it.
+        """
+        call = Call(fn)
+        self.submit(call)
+        return call.wait()
+
     def flush(self, timeout_s: float = 30.0) -> bool:
         """Wait until everything submitted so far is committed (or given up on shutdown)."""
         deadline = time.monotonic() + timeout_s
@@ -115,6 +174,12 @@ class AckWriter:
             logger.warning(
                 "%d acks were not committed before shutdown; those messages will run again.", len(self._pending)
             )
+            with self._cond:
+                for item in self._pending:
+                    if isinstance(item, Call) and not item.done.is_set():
+                        # Nobody will run it: its caller must not wait forever.
+                        item.error = DatabaseUnavailable("the broker's ack writer has stopped")
+                        item.done.set()
         return flushed
 
     def _run(self) -> None:
@@ -153,14 +218,19 @@ class AckWriter:
 
     def _commit(self, batch: list[Settlement | Call]) -> list[Settlement]:
         lost = []
-        after: list[Callable[[], None]] = []
+        after: list[Callable[[], None] | None] = []
         calls: list[Call] = []
+        call_groups: dict[CallBatch, list[Call]] = {}
+        hook_groups: dict[HookBatch, list[tuple[AckHook, str]]] = {}
         now = current_millis()
         with self._store.write() as conn:
             for s in batch:
                 if isinstance(s, Call):
-                    _run_call(conn, s)
                     calls.append(s)
+                    if s.batch is not None:
+                        call_groups.setdefault(s.batch, []).append(s)
+                    else:
+                        _run_call(conn, s)
                     continue
                 if not s.settle:
                     ok = True
@@ -171,12 +241,20 @@ class AckWriter:
                 if not ok:
                     lost.append(s)
                 for hook in s.hooks:
-                    done = _run_hook(conn, hook, s.message_id)
-                    if done is not None:
-                        after.append(done)
+                    grouped: HookBatch | None = getattr(hook, "batch", None)
+                    if grouped is not None:
+                        hook_groups.setdefault(grouped, []).append((hook, s.message_id))
+                    else:
+                        after.append(_run_hook(conn, hook, s.message_id))
+            for call_batch, members in call_groups.items():
+                _run_call_batch(conn, call_batch, members)
+            for hook_batch, hooks in hook_groups.items():
+                after.extend(_run_hook_batch(conn, hook_batch, hooks))
         for call in calls:
             call.done.set()
         for done in after:
+            if done is None:
+                continue
             try:
                 done()
             except Exception:
@@ -215,3 +293,40 @@ def _run_hook(conn: sqlite3.Connection, hook: AckHook, message_id: str) -> Calla
         return None
     conn.execute("RELEASE ack_hook")
     return done
+
+
+def _run_batch(conn: sqlite3.Connection, run: Callable[[], list[Any]], size: int, what: str) -> list[Any] | None:
+    """Run a batch function in a SAVEPOINT; None (its writes rolled back, logged) if it raised."""
+    conn.execute("SAVEPOINT ack_batch")
+    try:
+        results = run()
+        if len(results) != size:
+            raise RuntimeError(f"a batched ack write returned {len(results)} results for {size} {what}")
+    except (DatabaseUnavailable, sqlite3.OperationalError):
+        raise
+    except Exception:
+        conn.execute("ROLLBACK TO ack_batch")
+        conn.execute("RELEASE ack_batch")
+        logger.exception("A batched write of %d %s failed; running them one by one.", size, what)
+        return None
+    conn.execute("RELEASE ack_batch")
+    return results
+
+
+def _run_call_batch(conn: sqlite3.Connection, batch: CallBatch, calls: list[Call]) -> None:
+    results = _run_batch(conn, lambda: batch(conn, [c.fn for c in calls]), len(calls), "calls")
+    if results is None:
+        for call in calls:
+            _run_call(conn, call)
+        return
+    for call, result in zip(calls, results, strict=True):
+        call.result, call.error = result, None
+
+
+def _run_hook_batch(
+    conn: sqlite3.Connection, batch: HookBatch, hooks: list[tuple[AckHook, str]]
+) -> list[Callable[[], None] | None]:
+    results = _run_batch(conn, lambda: batch(conn, [h for h, _ in hooks]), len(hooks), "ack hooks")
+    if results is None:
+        return [_run_hook(conn, hook, message_id) for hook, message_id in hooks]
+    return results

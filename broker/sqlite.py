@@ -23,7 +23,7 @@ from dramatiq.errors import DecodeError, QueueJoinTimeout, QueueNotFound
 from dramatiq.message import Message
 from dramatiq.middleware import Middleware, SkipMessage
 
-from .acks import AckWriter, Call, Settlement
+from .acks import AckWriter, Call, CallBatch, Settlement
 from .connection import SQLiteTarget, parse_sqlite_url
 from .consumer import PrefetchSlots, SQLiteMessageProxy, _SQLiteConsumer
 from .errors import UnsupportedDatabase
@@ -542,9 +542,13 @@ class SQLiteBroker(Broker):
         proxies: list[SQLiteMessageProxy] = []
         poison: list[int] = []
         broken: list[int] = []
-        with self.store.write() as conn:
-            if time.monotonic() >= self._next_reap:
-                self._next_reap = time.monotonic() + self.reap_interval_s
+
+        reap = time.monotonic() >= self._next_reap
+
+        def fetch(conn: sqlite3.Connection) -> None:
+            nonlocal reaped
+            reaped, proxies[:], poison[:], broken[:] = [], [], [], []  # a batch retried runs this again
+            if reap:
                 reaped = self.store.lease_reap_expired(conn, now)
             for row in self.store.message_claim(conn, queue, self.owner, now, self.lease_ttl_ms, limit):
                 if row.deliveries - 1 > self.max_deliveries:
@@ -560,6 +564,18 @@ class SQLiteBroker(Broker):
                 self.store.message_kill(conn, poison, now, f"poison: redelivered more than {self.max_deliveries} times")
             if broken:
                 self.store.message_kill(conn, broken, now, "undecodable message body")
+
+        acks = self._acks
+        if acks is not None and acks.running:
+            # In the ack writer's next group commit: one writer per process, so a fetch never waits
+            # for the write lock behind the acks (and the job layer's claims riding on them) or
+            # makes them wait; and the fetch, acks and claims of a moment share one commit.
+            acks.run(fetch)
+        else:
+            with self.store.write() as conn:
+                fetch(conn)
+        if reap:
+            self._next_reap = time.monotonic() + self.reap_interval_s
         for row_id in poison:
             logger.error(
                 "Message row %d on %r exceeded %d redeliveries; dead-lettered.", row_id, queue, self.max_deliveries
@@ -574,14 +590,18 @@ class SQLiteBroker(Broker):
             self.wake(set(reaped))
         return proxies, None
 
-    def write_with_acks(self, queue_name: str, fn: Callable[[sqlite3.Connection], T]) -> T:
+    def write_with_acks(
+        self, queue_name: str, fn: Callable[[sqlite3.Connection], T], *, batch: CallBatch | None = None
+    ) -> T:
         """Run ``fn(conn)`` in this process's next ack group commit and return its result after the commit.
 
         For small writes another layer makes for every message it processes, in the same file (a job
         layer's claim): they share the acks' transaction, write lock and commit instead of taking
         their own. *conn* is the broker's sqlite3 connection; *fn* must not commit, may run again if
         the database was unavailable (its first run was rolled back), and if it raises only its own
-        writes roll back and the exception is raised here.
+        writes roll back and the exception is raised here. *batch*: the callers' writes that arrive
+        in the same group commit with the same function run as one ``batch(conn, [fn, …])`` (see
+        :data:`broker.acks.CallBatch`); *fn* alone is the fallback if that raises.
 
         Raises:
           ConnectionClosed: The database is unavailable (see :mod:`broker.errors`).
@@ -590,7 +610,7 @@ class SQLiteBroker(Broker):
             self._ready()
             self._ensure_consumer_services(queue_name)
         assert self._acks is not None
-        call = Call(fn)
+        call = Call(fn, batch)
         self._acks.submit(call)
         return call.wait()  # type: ignore[no-any-return]
 
