@@ -59,3 +59,19 @@ def status_event(
         from .workflows import on_job_finished  # late: workflows records events too
 
         on_job_finished(tx, job_id, status)
+
+
+def status_events_many(conn: Any, now: int, entries: list[tuple[str, str, int, str, dict[str, Any]]]) -> list[Notice]:
+    """:func:`status_event` for several jobs in one statement (SQLite, a raw connection).
+
+    *entries*: ``(job_id, owner_id, sequence, status, data)``. Returns their notices, in order, for the
+    caller to queue. Never moves a workflow on: the callers write ``running``, or a final status of
+    jobs that are no workflow steps."""
+    store.event_insert_many(
+        conn,
+        [
+            (job_id, seq, "status", store.dumps({"status": status, **data}), now)
+            for job_id, _, seq, status, data in entries
+        ],
+    )
+    return [Notice(job_id, owner_id, "status", status, seq) for job_id, owner_id, seq, status, _ in entries]

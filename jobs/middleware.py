@@ -335,10 +335,11 @@ class JobMiddleware(Middleware):
 
         if queue_name is not None and self._acks_in_job_file(broker):
             # The broker's ack writer commits this process's acks (and job completions, see
-            # _completion_hook) in batches on the same file: the claim joins its next batch.
-            notices = NoticeBuffer()
-            job = broker.write_with_acks(queue_name, lambda conn: claim(db.Tx(conn, notices)))  # type: ignore[attr-defined]
-            notices.deliver()
+            # _completion_hook) in batches on the same file: the claim joins its next batch, in one
+            # statement with the other claims of that batch (_claim_batch).
+            request = _ClaimRequest(job_id, claim)
+            job = broker.write_with_acks(queue_name, request, batch=self._claim_batch)  # type: ignore[attr-defined]
+            request.notices.deliver()
         else:
             job = hot_write(self.engine, claim)
         if job is None:
@@ -354,6 +355,24 @@ class JobMiddleware(Middleware):
         ctx._started_monotonic = time.monotonic()  # type: ignore[attr-defined]
         lifecycle("job.started", ctx.job_id, job.kind, ctx.attempt)
         return ctx
+
+    def _claim_batch(self, conn: sqlite3.Connection, requests: list[_ClaimRequest]) -> list[store.JobRow | None]:
+        """The claims of one ack batch (SQLite broker on the job file) in one UPDATE and one INSERT of
+        their status events: what each ``_claim`` would write alone, at a fraction of the statements."""
+        now = store.now_ms()
+        claimed = store.job_claim_many(conn, [r.job_id for r in requests], self.worker_id, now, self.lease_ttl_ms)
+        jobs: list[store.JobRow | None] = []
+        entries = []
+        for request in requests:
+            job = claimed.pop(request.job_id, None)  # a duplicate delivery in the same batch gets nothing
+            jobs.append(job)
+            if job is not None:
+                entries.append((job.id, job.owner_id, job.event_seq, "running", {"attempt": job.attempt}))
+        notices = iter(events.status_events_many(conn, now, entries))
+        for request, job in zip(requests, jobs, strict=True):
+            if job is not None:
+                request.notices.add(next(notices))
+        return jobs
 
     def _fail_unknown(self, job_id: str, kind: str) -> None:
         error = f"no handler for kind {kind}"
@@ -471,59 +490,41 @@ class JobMiddleware(Middleware):
             )
             ctx._final_status = status  # type: ignore[attr-defined]
 
-    def _completion_hook(self, ctx: JobContext, value: Any) -> Callable[[Any], Callable[[], None]]:
+    def _completion_hook(self, ctx: JobContext, value: Any) -> _Completion:
         """The completion of *ctx* as a hook of its message's ack (SQLite broker on the job file).
 
         A job that returned is recorded ``succeeded`` in the same transaction that acks its message:
         the broker group-commits acks, so the completion costs no transaction and no wait of its own,
         and a crash before that commit leaves both undone — the message comes back after its lease
         and the job's recovery rules apply, exactly as for a crash a moment earlier. A cancel request
-        that committed first makes it ``cancelled``; a superseded attempt writes nothing.
+        that committed first makes it ``cancelled``; a superseded attempt writes nothing. The
+        completions of one ack batch are written together (:meth:`_complete_batch`).
         """
         pending = ctx.take_pending_progress()
-        message = None if pending is None else pending[1]
-        kind = ctx.kind
+        return _Completion(ctx, value, None if pending is None else pending[1], self._complete_batch)
 
-        def hook(conn: Any) -> Callable[[], None]:
-            tx = db.Tx(conn, NoticeBuffer())
-            now = store.now_ms()
-            final = "succeeded"
-            if not ctx._record_success(tx, value, now, message=message, workflow_step=False):
-                # Not completed: superseded (stale), or a cancel request committed first.
-                current, _ = store.job_check_current(conn, ctx.job_id, ctx.attempt, ctx.worker_id)
-                seq = (
-                    store.job_finish_if_current(conn, ctx.job_id, ctx.attempt, ctx.worker_id, "cancelled", None, now)
-                    if current
-                    else None
-                )
-                final = "cancelled" if seq is not None else "stale"
-                if seq is not None:
-                    events.status_event(
-                        tx,
-                        job_id=ctx.job_id,
-                        owner_id=ctx.owner_id,
-                        sequence=seq,
-                        status=final,
-                        now=now,
-                        workflow_step=False,
-                        attempt=ctx.attempt,
-                    )
-
-            def after_commit() -> None:
-                tx.notices.deliver()
-                if final == "stale":
-                    ctx._stale("outcome ok")
-                    lifecycle("job.stale_write", ctx.job_id, kind, ctx.attempt, outcome="stale")
-                    return
-                ctx.completed = final == "succeeded"
-                started = getattr(ctx, "_started_monotonic", None)
-                duration = None if started is None else time.monotonic() - started
-                event = "job.completed" if final == "succeeded" else "job.cancelled"
-                lifecycle(event, ctx.job_id, kind, ctx.attempt, outcome=final, duration_s=duration)
-
-            return after_commit
-
-        return hook
+    def _complete_batch(self, conn: sqlite3.Connection, completions: list[_Completion]) -> list[Callable[[], None]]:
+        """The completions of one ack batch in one UPDATE and one INSERT of their status events (what
+        :meth:`JobContext._record_success` writes for each); an attempt that matched nothing (stale, or
+        cancelled first) goes on alone (:meth:`_Completion.not_completed`)."""
+        now = store.now_ms()
+        completed = store.job_complete_many(
+            conn, [(c.ctx.job_id, c.ctx.attempt, c.ctx.worker_id, c.value, c.message) for c in completions], now
+        )
+        entries = []
+        done: list[_Completion] = []
+        afters: list[Callable[[], None]] = []
+        for c in completions:
+            seq = completed.pop(c.ctx.job_id, None)
+            if seq is None:
+                afters.append(c.not_completed(conn, now))
+                continue
+            entries.append((c.ctx.job_id, c.ctx.owner_id, seq, "succeeded", {"attempt": c.ctx.attempt}))
+            done.append(c)
+            afters.append(c.after_commit("succeeded"))
+        for c, notice in zip(done, events.status_events_many(conn, now, entries), strict=True):
+            c.notices.add(notice)
+        return afters
 
     def _complete_fast(self, ctx: JobContext, value: Any) -> bool:
         """running → succeeded on the hot path (a job that is no workflow step); False when the
@@ -612,6 +613,82 @@ class JobMiddleware(Middleware):
     def recover(self) -> RecoveryReport:
         assert self._broker is not None
         return recover_expired(self.engine, broker=self._broker)
+
+
+class _Completion:
+    """A job's success recorded in its message's ack transaction: ``completion(conn)`` writes it alone,
+    :meth:`JobMiddleware._complete_batch` with the others of its ack batch (the ``batch`` attribute)."""
+
+    __slots__ = ("ctx", "value", "message", "batch", "notices")
+
+    def __init__(self, ctx: JobContext, value: Any, message: str | None, batch: Callable[..., Any]) -> None:
+        self.ctx = ctx
+        self.value = value
+        self.message = message
+        self.batch = batch
+        self.notices = NoticeBuffer()
+
+    def __call__(self, conn: sqlite3.Connection) -> Callable[[], None]:
+        now = store.now_ms()
+        tx = db.Tx(conn, self.notices)
+        if self.ctx._record_success(tx, self.value, now, message=self.message, workflow_step=False):
+            return self.after_commit("succeeded")
+        return self.not_completed(conn, now)
+
+    def not_completed(self, conn: sqlite3.Connection, now: int) -> Callable[[], None]:
+        """The success matched nothing: a cancel request committed first (→ cancelled), or stale."""
+        ctx = self.ctx
+        current, _ = store.job_check_current(conn, ctx.job_id, ctx.attempt, ctx.worker_id)
+        seq = (
+            store.job_finish_if_current(conn, ctx.job_id, ctx.attempt, ctx.worker_id, "cancelled", None, now)
+            if current
+            else None
+        )
+        if seq is None:
+            return self.after_commit("stale")
+        events.status_event(
+            db.Tx(conn, self.notices),
+            job_id=ctx.job_id,
+            owner_id=ctx.owner_id,
+            sequence=seq,
+            status="cancelled",
+            now=now,
+            workflow_step=False,
+            attempt=ctx.attempt,
+        )
+        return self.after_commit("cancelled")
+
+    def after_commit(self, final: str) -> Callable[[], None]:
+        ctx = self.ctx
+
+        def after() -> None:
+            self.notices.deliver()
+            if final == "stale":
+                ctx._stale("outcome ok")
+                lifecycle("job.stale_write", ctx.job_id, ctx.kind, ctx.attempt, outcome="stale")
+                return
+            ctx.completed = final == "succeeded"
+            started = getattr(ctx, "_started_monotonic", None)
+            duration = None if started is None else time.monotonic() - started
+            event = "job.completed" if final == "succeeded" else "job.cancelled"
+            lifecycle(event, ctx.job_id, ctx.kind, ctx.attempt, outcome=final, duration_s=duration)
+
+        return after
+
+
+class _ClaimRequest:
+    """One worker thread's claim through the broker's ack writer: ``request(conn)`` runs it alone,
+    :meth:`JobMiddleware._claim_batch` with the others of its batch."""
+
+    __slots__ = ("job_id", "notices", "_claim")
+
+    def __init__(self, job_id: str, claim: Callable[[db.Tx], store.JobRow | None]) -> None:
+        self.job_id = job_id
+        self.notices = NoticeBuffer()
+        self._claim = claim
+
+    def __call__(self, conn: sqlite3.Connection) -> store.JobRow | None:
+        return self._claim(db.Tx(conn, self.notices))
 
 
 class _Keeper:

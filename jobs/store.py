@@ -29,6 +29,8 @@ milliseconds.
 from __future__ import annotations
 
 import json
+import re
+import secrets
 import sqlite3
 import time
 from dataclasses import dataclass
@@ -157,12 +159,39 @@ def _q(sql: str) -> Any:
     return stmt
 
 
+_QMARK: dict[str, tuple[str, tuple[str, ...]]] = {}
+_NAMED = re.compile(r":(\w+)")
+
+
+def _positional(sql: str) -> tuple[str, tuple[str, ...]]:
+    """*sql* with its ``:name`` parameters as ``?`` and the names in order (cached per statement)."""
+    found = _QMARK.get(sql)
+    if found is None:
+        found = (_NAMED.sub("?", sql), tuple(_NAMED.findall(sql)))
+        _QMARK[sql] = found
+    return found
+
+
 def _exec(conn: Connection | sqlite3.Connection, sql: str, params: dict[str, Any]) -> Any:
     """Run *sql* on a SQLAlchemy connection, or directly on the raw sqlite3 connection of the hot path
-    (:func:`jobs.db.fast_write`; sqlite3 binds the same ``:name`` parameters)."""
+    (:func:`jobs.db.fast_write`).
+
+    On the raw connection the ``:name`` parameters are bound by position: Python 3.11's sqlite3
+    releases the GIL around the lookup of every named parameter, and on a worker process's busy
+    threads each release is a hand-off."""
     if isinstance(conn, sqlite3.Connection):
-        return conn.execute(sql, params)
+        text, names = _positional(sql)
+        return conn.execute(text, tuple(params[name] for name in names))
     return conn.execute(_q(sql), params)
+
+
+def new_job_id(now_ms: int) -> str:
+    """A job id: 32 hex digits, the creation time in ms (12) then 80 random bits (20).
+
+    Time-ordered like a UUIDv7, so the rows and index entries of jobs created together sit on the
+    same B-tree pages (their events too): a batch of claims or completions writes a few pages instead
+    of one random page per job per index. The random part keeps ids unguessable."""
+    return f"{now_ms & 0xFFFFFFFFFFFF:012x}{secrets.token_hex(10)}"
 
 
 # -- jobs: submit and read --------------------------------------------------------------------------
@@ -247,6 +276,50 @@ def job_claim(
         {"id": job_id, "worker": worker, "expires": now + lease_ms, "now": now},
     ).fetchone()
     return _job(row)
+
+
+def job_claim_many(
+    conn: sqlite3.Connection, job_ids: list[str], worker: str, now: int, lease_ms: int
+) -> dict[str, JobRow]:
+    """:func:`job_claim` for several jobs in one statement (SQLite, a raw connection): the claimed rows by id.
+
+    The guard is :func:`job_claim`'s, row by row; ids that match nothing are absent."""
+    marks = ",".join("?" * len(job_ids))
+    rows = conn.execute(
+        "UPDATE jobs SET status = 'running', attempt = attempt + 1, worker_id = ?, lease_expires_at = ?, "
+        "started_at = ?, updated_at = ?, progress = NULL, progress_message = NULL, event_seq = event_seq + 1 "
+        # ``+status``: a plain term lets SQLite's planner prefer a MULTI-INDEX OR over the status index
+        # once the id list is long, reading every queued job; ``+`` leaves it the id lookups.
+        f"WHERE id IN ({marks}) AND attempt < max_attempts AND (+status = 'queued' OR (+status = 'running' "
+        "AND lease_expires_at < ? AND safe_to_rerun AND cancel_requested_at IS NULL)) "
+        # One JSON column, not 32: Python 3.11's sqlite3 releases the GIL around every column it reads
+        # (sqlite3_column_type), and each release is a GIL hand-off to a busy worker thread.
+        f"RETURNING json_array({JOB_COLUMNS})",
+        (worker, now + lease_ms, now, now, *job_ids, now),
+    ).fetchall()
+    claimed = [_job(json.loads(row[0])) for row in rows]
+    return {job.id: job for job in claimed if job is not None}
+
+
+def job_complete_many(
+    conn: sqlite3.Connection, completions: list[tuple[str, int, str, str | None, str | None]], now: int
+) -> dict[str, int]:
+    """:func:`job_complete_if_current` for several attempts in one statement (SQLite, a raw connection).
+
+    *completions*: ``(job_id, attempt, worker, result, progress_message)``. Returns the status event's
+    sequence by job id for the attempts that were completed; the others (stale, or a cancel request
+    committed first) are absent and untouched."""
+    values = ",".join("(?,?,?,?,?)" for _ in completions)
+    rows = conn.execute(
+        "UPDATE jobs SET status = 'succeeded', result = v.column4, error = NULL, progress = 1.0, "
+        "progress_message = coalesce(v.column5, jobs.progress_message), worker_id = NULL, "
+        "lease_expires_at = NULL, completed_at = ?, updated_at = ?, event_seq = jobs.event_seq + 1 "
+        f"FROM (VALUES {values}) AS v WHERE jobs.id = v.column1 AND +jobs.status = 'running' "
+        "AND jobs.attempt = v.column2 AND jobs.worker_id = v.column3 AND jobs.cancel_requested_at IS NULL "
+        "RETURNING jobs.id, jobs.event_seq",
+        (now, now, *(value for completion in completions for value in completion)),
+    ).fetchall()
+    return {row[0]: int(row[1]) for row in rows}
 
 
 def job_lease_renew_if_current(
@@ -488,6 +561,18 @@ def event_insert(
         ),
         {"job_id": job_id, "sequence": sequence, "type": type_, "data": data, "now": now},
     )
+
+
+def event_insert_many(conn: sqlite3.Connection, rows: list[tuple[str, int, str, str, int]]) -> None:
+    """:func:`event_insert` for several events in one statement (SQLite, a raw connection).
+
+    *rows*: ``(job_id, sequence, type, data, created_at)``."""
+    if rows:
+        conn.execute(
+            "INSERT INTO job_events (job_id, sequence, type, data, created_at) VALUES "
+            + ",".join("(?,?,?,?,?)" for _ in rows),
+            tuple(value for row in rows for value in row),
+        )
 
 
 def event_list_after(conn: Connection, job_id: str, after: int, limit: int) -> list[EventRow]:

@@ -149,8 +149,9 @@ def test_completed_jobs_are_counted_by_observers_without_info_lines(
 
 
 # -- completion committed with the message's ack (SQLite broker on the job file) ----------------------
-def _deferred(env: JobEnv, fn: Any = None) -> tuple[str, JobContext]:
-    env.declare("acked", fn or (lambda ctx: {"n": 1}))
+def _deferred(env: JobEnv, fn: Any = None, *, declare: bool = True) -> tuple[str, JobContext]:
+    if declare:
+        env.declare("acked", fn or (lambda ctx: {"n": 1}))
     job = env.submit("acked")
     ctx = env.claim(job.id)
     assert ctx is not None
@@ -204,6 +205,66 @@ def test_a_superseded_attempt_completes_nothing_at_ack(sqlite_env: JobEnv) -> No
     _run_in_ack_transaction(env, ctx)
     assert env.row(job_id) == before
     assert ctx.lost and not ctx.completed
+
+
+def _in_one_transaction(env: JobEnv, fn: Any) -> Any:
+    conn = db.raw_connection(env.engine.url.database or "", 5000)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        result = fn(conn)
+        conn.execute("COMMIT")
+        return result
+    finally:
+        conn.close()
+
+
+def test_the_claims_of_one_ack_batch_are_one_statement_with_the_guards_of_each(sqlite_env: JobEnv) -> None:
+    from jobs.middleware import _ClaimRequest
+
+    env = sqlite_env
+    env.declare("batched", lambda ctx: None)
+    fresh, duplicate_of, finished = (env.submit("batched").id for _ in range(3))
+    assert jobs.cancel(env.engine, finished, by="u1").outcome == jobs.CancelOutcome.CANCELLED
+    seen: list[Notice] = []
+    unsubscribe = hub.subscribe(seen.append)
+    ids = [fresh, duplicate_of, duplicate_of, finished]  # the same job twice: a duplicate delivery
+    requests = [_ClaimRequest(i, lambda tx: pytest.fail("the batch ran every claim")) for i in ids]
+    try:
+        claimed = _in_one_transaction(env, lambda conn: env.mw._claim_batch(conn, requests))
+        for r in requests:
+            r.notices.deliver()
+    finally:
+        unsubscribe()
+    assert [None if c is None else c.id for c in claimed] == [fresh, duplicate_of, None, None]
+    for job_id in (fresh, duplicate_of):
+        row = env.row(job_id)
+        assert (row.status, row.attempt, row.worker_id) == ("running", 1, env.mw.worker_id)
+        statuses = [e.data for e in jobs.job_events(env.engine, job_id, owner_id="u1") if e.type == "status"]
+        assert statuses == [{"status": "queued"}, {"status": "running", "attempt": 1}]
+    assert env.row(finished).status == "cancelled"
+    assert sorted((n.job_id, n.status) for n in seen) == sorted([(fresh, "running"), (duplicate_of, "running")])
+
+
+def test_the_completions_of_one_ack_batch_settle_each_by_its_own_guard(sqlite_env: JobEnv) -> None:
+    env = sqlite_env
+    contexts = [_deferred(env, declare=i == 0) for i in range(3)]
+    (done_id, done), (cancel_id, cancelled), (stale_id, stale) = contexts
+    assert jobs.cancel(env.engine, cancel_id, by="u1").outcome == jobs.CancelOutcome.REQUESTED
+    env.age_lease(stale_id)
+    assert env.claim(stale_id, env.worker()) is not None
+    before_stale = env.row(stale_id)
+    completions = [env.mw._completion_hook(c, c._deferred) for c in (done, cancelled, stale)]  # type: ignore[attr-defined]
+    afters = _in_one_transaction(env, lambda conn: env.mw._complete_batch(conn, completions))
+    for after in afters:
+        after()
+    row = env.row(done_id)
+    assert (row.status, row.result, row.progress, row.progress_message) == ("succeeded", '{"n":1}', 1.0, "last words")
+    assert done.completed
+    assert (env.row(cancel_id).status, env.row(cancel_id).result) == ("cancelled", None) and not cancelled.completed
+    assert env.row(stale_id) == before_stale and stale.lost and not stale.completed
+    for job_id, final in ((done_id, "succeeded"), (cancel_id, "cancelled")):
+        statuses = [e.data["status"] for e in jobs.job_events(env.engine, job_id, owner_id="u1") if e.type == "status"]
+        assert statuses == ["queued", "running", final]
 
 
 def test_a_real_worker_completes_jobs_through_its_acks(sqlite_env: JobEnv) -> None:
