@@ -27,10 +27,21 @@ QUEUE = "tenure_bench"
 ACTOR = "bench_noop"
 
 
+#: ``BENCH_ROUND_TRIP=1`` (SQLite broker only): each call also waits for one empty write in the broker's
+#: ack writer (``write_with_acks``) — the hand-off a job's claim makes — to measure what that costs alone.
+ROUND_TRIP = os.environ.get("BENCH_ROUND_TRIP") == "1"
+
+
+def _nothing(conn: Any) -> None:
+    return None
+
+
 def bench_noop(stamp: float) -> None:
     """The benchmark's actor: wait for the start gate (drain runs), then record the delivery."""
     ledger = LedgerWriter.for_this_process(os.environ["BENCH_LEDGER_DIR"])
     ledger.wait_for_go()
+    if ROUND_TRIP:
+        dramatiq.get_broker().write_with_acks(QUEUE, _nothing)  # type: ignore[attr-defined]
     ledger.record(stamp)
 
 

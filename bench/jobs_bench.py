@@ -15,6 +15,10 @@ What is measured, per round (each round alternates raw and jobs so both see the 
 2. **raw drain/s** — real ``python -m dramatiq bench.app --processes P --threads 8`` workers drain them; exactly
    :func:`bench.broker_bench.drain`: every message waits at a gate until all P processes hold one, drain/s =
    N / (gate opened → last message recorded in the shared-memory ledger).
+2b. **raw + round trip msgs/s** — the same drain again (N more plain messages), but every actor call first waits
+   for one empty write in its process's ack writer (``SQLiteBroker.write_with_acks``, ``BENCH_ROUND_TRIP=1``): the
+   thread hand-off a job's claim makes, without any SQL of its own. Its ratio to raw drain/s is the ceiling a job
+   layer with a claim per job before the actor starts can reach on this machine.
 3. **submit/s** — one producer thread calls ``jobs.submit(engine, owner_id=…, kind="bench_job_noop", payload={})``
    N times (job row + status event + broker message in one transaction each), no worker running.
 4. **jobs/s** — real ``python -m dramatiq bench.jobs_app --processes P --threads 8`` workers (the job middleware
@@ -115,6 +119,11 @@ def run_round(cfg: Config, url: str, processes: int, index: int) -> dict[str, An
     res["raw_enqueue_per_s"] = raw_enqueue(raw, cfg.n)
     d = drain(cfg, raw, processes, cfg.n, f"{tag}-{index}")
     res["raw_drain_per_s"], res["raw_drain"] = d["per_s"], d
+    # The same drain with one empty round trip to the ack writer per message (what a job's claim waits
+    # for, without its SQL): how much of the gap the hand-off alone explains.
+    raw_enqueue(raw, cfg.n)
+    rt = drain(cfg, raw, processes, cfg.n, f"{tag}-{index}-rt", extra_env={"BENCH_ROUND_TRIP": "1"})
+    res["round_trip_per_s"], res["round_trip_drain"] = rt["per_s"], rt
     before = job_counts(path)["by_status"].get("succeeded", 0)
     res["submit_per_s"] = submit_n(url, cfg.n)
     jt = Target("jobs", url, {}, ())
@@ -129,9 +138,11 @@ def run_round(cfg: Config, url: str, processes: int, index: int) -> dict[str, An
         and set(counts["by_status"]) == {"succeeded"}
     )
     res["ratio"] = res["jobs_per_s"] / res["raw_drain_per_s"]
+    res["round_trip_ratio"] = res["round_trip_per_s"] / res["raw_drain_per_s"]
     res["load_after"] = loadavg()
     log(
         f"round {index} {tag}: raw enqueue {res['raw_enqueue_per_s']:,.0f}/s drain {res['raw_drain_per_s']:,.0f}/s; "
+        f"raw+round trip {res['round_trip_per_s']:,.0f}/s ({res['round_trip_ratio']:.2f}); "
         f"submit {res['submit_per_s']:,.0f}/s jobs {res['jobs_per_s']:,.0f}/s; ratio {res['ratio']:.2f}; "
         f"worker CPU % raw {_cpu(d)} jobs {_cpu(j)}; "
         f"check {'ok' if res['check_ok'] else 'FAILED ' + json.dumps(counts)}; load {res['load_after']}"
@@ -149,7 +160,15 @@ def summarize(rounds: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
         rs = [r for r in rounds if r["processes"] == p]
         out[f"{p}x{THREADS}"] = {
             k: statistics.median(r[k] for r in rs)
-            for k in ("raw_enqueue_per_s", "raw_drain_per_s", "submit_per_s", "jobs_per_s", "ratio")
+            for k in (
+                "raw_enqueue_per_s",
+                "raw_drain_per_s",
+                "round_trip_per_s",
+                "round_trip_ratio",
+                "submit_per_s",
+                "jobs_per_s",
+                "ratio",
+            )
         }
     return out
 
@@ -160,6 +179,8 @@ def render(summary: dict[str, dict[str, float]], rounds: int, markdown: bool = F
         ("raw_enqueue_per_s", "raw enqueue/s (1 producer)", "{:,.0f}"),
         ("submit_per_s", "jobs.submit/s (1 producer)", "{:,.0f}"),
         ("raw_drain_per_s", "raw drain msgs/s", "{:,.0f}"),
+        ("round_trip_per_s", "raw + 1 ack-writer round trip msgs/s", "{:,.0f}"),
+        ("round_trip_ratio", "  that / raw msgs/s (per-round)", "{:.2f}"),
         ("jobs_per_s", "jobs/s end to end", "{:,.0f}"),
         ("ratio", "jobs/s / raw msgs/s (per-round)", "{:.2f}"),
     ):
