@@ -18,6 +18,7 @@ from broker import SQLiteBroker
 from jobs.registry import registry
 from tasks.maintenance import run_resync
 from tasks.scheduling import every, install, schedule_job
+from tests.fast_stop import FastStop
 
 DB = os.environ["SCHED_TEST_DB"]
 LOG_DB = os.environ["SCHED_TEST_LOG"]
@@ -30,6 +31,7 @@ broker = SQLiteBroker(
     reap_interval_s=float(os.environ.get("SCHED_TEST_REAP_S", "1")),
 )
 install(broker)
+broker.add_middleware(FastStop())  # a SIGTERM'd test worker exits in ~0.4 s instead of ~2.5 s
 dramatiq.set_broker(broker)
 
 

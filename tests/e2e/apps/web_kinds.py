@@ -17,11 +17,13 @@ import jobs
 import tasks
 from jobs import JobContext
 from tasks.scheduling import cron, schedule_job
+from tests.fast_stop import FastStop
 
 QUEUE = "e2e"
 SLOW_QUEUE = "e2e_slow"
 
 broker = tasks.broker
+broker.add_middleware(FastStop())  # a SIGTERM'd test worker exits in ~0.4 s instead of ~2.5 s
 
 
 @jobs.registry.kind("e2e_progress", queue=QUEUE)

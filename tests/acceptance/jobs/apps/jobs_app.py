@@ -16,6 +16,7 @@ from sqlalchemy import text
 import jobs
 from broker import SQLiteBroker
 from jobs import JobContext, Settings
+from tests.fast_stop import FastStop
 
 QUEUE = "jobs_acceptance"
 
@@ -38,6 +39,7 @@ else:
     )
 dramatiq.set_broker(broker)
 middleware = jobs.install(broker, settings)
+broker.add_middleware(FastStop())  # a SIGTERM'd test worker exits in ~0.4 s instead of ~2.5 s
 
 
 def block(ctx: JobContext, *, block_attempts: int = 1) -> dict[str, int]:
