@@ -360,6 +360,8 @@ class JobMiddleware(Middleware):
         """The claims of one ack batch (SQLite broker on the job file) in one UPDATE and one INSERT of
         their status events: what each ``_claim`` would write alone, at a fraction of the statements."""
         now = store.now_ms()
+        for request in requests:
+            request.notices = NoticeBuffer()  # a batch run again (database unavailable) starts afresh
         claimed = store.job_claim_many(conn, [r.job_id for r in requests], self.worker_id, now, self.lease_ttl_ms)
         jobs: list[store.JobRow | None] = []
         entries = []
@@ -508,6 +510,8 @@ class JobMiddleware(Middleware):
         :meth:`JobContext._record_success` writes for each); an attempt that matched nothing (stale, or
         cancelled first) goes on alone (:meth:`_Completion.not_completed`)."""
         now = store.now_ms()
+        for c in completions:
+            c.notices = NoticeBuffer()  # a batch run again (database unavailable) starts afresh
         completed = store.job_complete_many(
             conn, [(c.ctx.job_id, c.ctx.attempt, c.ctx.worker_id, c.value, c.message) for c in completions], now
         )
@@ -630,6 +634,7 @@ class _Completion:
 
     def __call__(self, conn: sqlite3.Connection) -> Callable[[], None]:
         now = store.now_ms()
+        self.notices = NoticeBuffer()  # a batch run again (database unavailable) starts afresh
         tx = db.Tx(conn, self.notices)
         if self.ctx._record_success(tx, self.value, now, message=self.message, workflow_step=False):
             return self.after_commit("succeeded")
@@ -688,6 +693,7 @@ class _ClaimRequest:
         self._claim = claim
 
     def __call__(self, conn: sqlite3.Connection) -> store.JobRow | None:
+        self.notices = NoticeBuffer()  # a batch run again (database unavailable) starts afresh
         return self._claim(db.Tx(conn, self.notices))
 
 
