@@ -21,6 +21,8 @@ JOBS = int(os.environ.get("TENURE_CHAOS_JOBS", "5000"))
 #: Seconds between SIGKILLs of the first worker.
 KILL_EVERY_S = 2.5
 BATCH = 500
+#: Worker threads per process (the deployment default is 8).
+THREADS = 8
 
 
 @pytest.mark.slow
@@ -38,8 +40,8 @@ def test_chaos_every_job_completes_exactly_once(backend: str, tmp_path: Path) ->
                     )  # fmt: skip
         # When: two workers run them while the first is killed and restarted every few seconds
         d.start_relay()
-        victim = d.start_worker()
-        d.start_worker()
+        victim = d.start_worker(threads=THREADS)
+        d.start_worker(threads=THREADS)
         kills = 0
         deadline = time.monotonic() + 540
         while d.scalar("SELECT count(*) FROM jobs WHERE status NOT IN ('succeeded', 'failed', 'cancelled', "
@@ -48,7 +50,7 @@ def test_chaos_every_job_completes_exactly_once(backend: str, tmp_path: Path) ->
             time.sleep(KILL_EVERY_S)
             d.kill(victim)
             kills += 1
-            victim = d.start_worker()
+            victim = d.start_worker(threads=THREADS)
         # Then: every job succeeded, each result row exactly once, none lost
         wait_for("all jobs terminal", lambda: d.scalar("SELECT count(*) FROM jobs WHERE status = 'succeeded'") == JOBS,
                  30, d)  # fmt: skip
