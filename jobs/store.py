@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import re
-import secrets
 import sqlite3
 import time
 from dataclasses import dataclass
@@ -183,15 +182,6 @@ def _exec(conn: Connection | sqlite3.Connection, sql: str, params: dict[str, Any
         text, names = _positional(sql)
         return conn.execute(text, tuple(params[name] for name in names))
     return conn.execute(_q(sql), params)
-
-
-def new_job_id(now_ms: int) -> str:
-    """A job id: 32 hex digits, the creation time in ms (12) then 80 random bits (20).
-
-    Time-ordered like a UUIDv7, so the rows and index entries of jobs created together sit on the
-    same B-tree pages (their events too): a batch of claims or completions writes a few pages instead
-    of one random page per job per index. The random part keeps ids unguessable."""
-    return f"{now_ms & 0xFFFFFFFFFFFF:012x}{secrets.token_hex(10)}"
 
 
 # -- jobs: submit and read --------------------------------------------------------------------------

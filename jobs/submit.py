@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import uuid
 from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any
@@ -177,7 +178,7 @@ def new_job_row(
         raise ValueError("max_attempts and timeout_s must be at least 1")
     now = store.now_ms()
     return {
-        "id": store.new_job_id(now),
+        "id": uuid.uuid4().hex,
         "owner_id": owner_id,
         "kind": kind,
         "actor_name": actor_name,
