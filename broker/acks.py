@@ -143,13 +143,13 @@ class AckWriter:
         """Whether writes submitted now will be run (the writer is neither stopped nor dead)."""
         return not self._stopped and self._thread.is_alive()
 
-    def run(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
-        """Run ``fn(conn)`` in the next batch and wait for its commit; returns its result.
+    def run(self, fn: Callable[[sqlite3.Connection], Any], batch: CallBatch | None = None) -> Any:
+        """Run ``fn(conn)`` in the next batch and wait for its commit; returns its result (see :class:`Call`).
 
         Raises:
           DatabaseUnavailable: The writer stopped before running it.
         """
-        call = Call(fn)
+        call = Call(fn, batch)
         self.submit(call)
         return call.wait()
 

@@ -23,7 +23,7 @@ from dramatiq.errors import DecodeError, QueueJoinTimeout, QueueNotFound
 from dramatiq.message import Message
 from dramatiq.middleware import Middleware, SkipMessage
 
-from .acks import AckWriter, Call, CallBatch, Settlement
+from .acks import AckWriter, CallBatch, Settlement
 from .connection import SQLiteTarget, parse_sqlite_url
 from .consumer import PrefetchSlots, SQLiteMessageProxy, _SQLiteConsumer
 from .errors import UnsupportedDatabase
@@ -610,9 +610,7 @@ class SQLiteBroker(Broker):
             self._ready()
             self._ensure_consumer_services(queue_name)
         assert self._acks is not None
-        call = Call(fn, batch)
-        self._acks.submit(call)
-        return call.wait()  # type: ignore[no-any-return]
+        return self._acks.run(fn, batch)  # type: ignore[no-any-return]
 
     def _settle(self, message: SQLiteMessageProxy, *, dead: bool) -> None:
         with self._state_lock:

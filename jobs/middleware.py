@@ -643,12 +643,8 @@ class _Completion:
     def not_completed(self, conn: sqlite3.Connection, now: int) -> Callable[[], None]:
         """The success matched nothing: a cancel request committed first (→ cancelled), or stale."""
         ctx = self.ctx
-        current, _ = store.job_check_current(conn, ctx.job_id, ctx.attempt, ctx.worker_id)
-        seq = (
-            store.job_finish_if_current(conn, ctx.job_id, ctx.attempt, ctx.worker_id, "cancelled", None, now)
-            if current
-            else None
-        )
+        # Still current means the success's guard failed on the cancel request; not current means stale.
+        seq = store.job_finish_if_current(conn, ctx.job_id, ctx.attempt, ctx.worker_id, "cancelled", None, now)
         if seq is None:
             return self.after_commit("stale")
         events.status_event(
