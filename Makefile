@@ -4,6 +4,8 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
+# Test processes (pytest-xdist): most tests wait on real workers and servers, so two share 2 cores well.
+TEST_WORKERS ?= 2
 
 .PHONY: run test install services system-deps test-deps lint clean
 
@@ -32,7 +34,8 @@ lint: install
 	$(PY) scripts/check_architecture.py
 
 test: install services test-deps lint
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not exclusive"
+	$(PY) -m pytest -m exclusive
 
 run: install system-deps
 	bash scripts/run.sh

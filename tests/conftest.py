@@ -30,3 +30,24 @@ def redis_url() -> str:
 def rabbitmq_url() -> str:
     """The test RabbitMQ server (tests use unique queue names and delete them afterwards)."""
     return os.environ.get("TENURE_TEST_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672")
+
+
+# -- running in parallel (pytest-xdist: ``make test`` runs ``-n 2 --dist loadgroup -m "not exclusive"``) --------
+#: Tests that share names on a service: the RabbitMQ-backed acceptance runs declare the apps' fixed
+#: queue names (RabbitMQ has no namespaces) and the fleet Procfile run uses Dramatiq's default Redis
+#: namespace, so two of them at once would consume each other's messages. Everything else isolates
+#: itself (a temporary SQLite file, a fresh PostgreSQL database, a random Redis namespace, unique
+#: queue names) and may run beside anything.
+SHARED_SERVICE_MARKERS = ("rabbitmq", "fleet")
+#: Tests that share a session-scoped live deployment (gunicorn + worker): one xdist worker runs them all,
+#: so the deployment starts once.
+E2E_DIR = "tests/e2e/"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.nodeid.startswith(E2E_DIR):
+            item.add_marker(pytest.mark.xdist_group("e2e"))
+        elif item.nodeid.startswith("tests/acceptance/") and any(m in item.nodeid for m in SHARED_SERVICE_MARKERS):
+            item.add_marker(pytest.mark.xdist_group("shared-services"))

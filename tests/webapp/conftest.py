@@ -121,6 +121,19 @@ def csrf_token(client: FlaskClient, path: str = "/login") -> str:
     return match.group(1)
 
 
+def without_csrf_token(page: bytes) -> bytes:
+    """*page* with its CSRF token replaced by a placeholder.
+
+    The token is signed with the current second (itsdangerous' timed serializer), so two requests
+    straddling a second boundary carry different tokens whatever they asked for; everything else on
+    the page must still match byte for byte.
+    """
+    import re
+
+    match = re.search(rb'name="csrf-token" content="([^"]+)"', page)
+    return page if match is None else page.replace(match.group(1), b"CSRF-TOKEN")
+
+
 def login(client: FlaskClient, person: Person) -> str:
     """Log *person* in through the form; returns the new session's CSRF token."""
     token = csrf_token(client)
