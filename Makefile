@@ -5,6 +5,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 # Test processes (pytest-xdist): most tests wait on real workers and servers, so two share 2 cores well.
+# Tests marked `exclusive` (wall-clock bounds) run alone first, on a quiet machine: run right after the parallel
+# phase, upstream's "six 100 ms tasks within 0.5 s" once took 0.54 s (suspected: the disk still catching up with
+# the thousands of files that phase wrote and deleted).
 TEST_WORKERS ?= 2
 
 .PHONY: run test install services system-deps test-deps lint clean
@@ -34,8 +37,8 @@ lint: install
 	$(PY) scripts/check_architecture.py
 
 test: install services test-deps lint
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not exclusive"
 	$(PY) -m pytest -m exclusive
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not exclusive"
 
 run: install system-deps
 	bash scripts/run.sh

@@ -77,11 +77,12 @@ def public_error(exc: BaseException | str, limit: int = MAX_ERROR_CHARS) -> str:
     Tracebacks are logged, not stored: they carry paths and argument values.
     """
     if isinstance(exc, str):
-        text = exc
+        text = redact(" ".join(exc.split()))
     else:
-        message = str(exc)
+        # Only the message is redacted: a type name like "SessionNotFound" followed by ": " would read as
+        # a secret's key and mask the message's first word.
+        message = redact(" ".join(str(exc).split()))
         text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
-    text = redact(" ".join(text.split()))
     if len(text) > limit:
         text = text[: limit - 1] + "…"
     return text

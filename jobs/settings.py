@@ -36,6 +36,8 @@ DEFAULT_JOB_TIMEOUT_S = 900
 DEFAULT_MAX_ATTEMPTS = 3
 #: Where ``JobContext.output_path`` puts files.
 DEFAULT_OUTPUT_ROOT = "var/outputs"
+#: Where ``import_recording`` may read recordings (besides each owner's own uploads).
+DEFAULT_IMPORT_ROOTS = "var/recordings"
 #: How often an idle relay polls the outbox, in seconds.
 DEFAULT_RELAY_INTERVAL_S = 0.2
 #: How long a SQLite connection waits for the write lock, in milliseconds.
@@ -138,6 +140,8 @@ class Settings:
       job_timeout_s: Default per-attempt time limit of new jobs.
       max_attempts: Default attempts of new jobs.
       output_root: Root of per-attempt output files (snapshotted into each job's config).
+      import_roots: Folders (``os.pathsep``-separated) a recording import may read, besides the
+        owner's own uploads (``tasks.import_policy``).
       recovery_interval_s: How often a worker recovers expired jobs (default: the job lease TTL).
       relay_interval_s: How often an idle outbox relay polls.
       sqlite_busy_timeout_ms: SQLite write-lock wait.
@@ -168,6 +172,7 @@ class Settings:
         metadata=_var("TENURE_JOB_MAX_ATTEMPTS", "int", NEW_JOBS, minimum=1, maximum=100),
     )
     output_root: str = field(default=DEFAULT_OUTPUT_ROOT, metadata=_var("TENURE_OUTPUT_ROOT", "str"))
+    import_roots: str = field(default=DEFAULT_IMPORT_ROOTS, metadata=_var("TENURE_IMPORT_ROOTS", "str"))
     recovery_interval_s: float = field(
         default=DEFAULT_JOB_LEASE_TTL_S, metadata=_var("TENURE_RECOVERY_INTERVAL_S", "float", minimum=0.1)
     )

@@ -21,6 +21,7 @@ from . import store
 from .domain.control import Cancelled
 from .domain.recording.danmaku import HostileXml
 from .domain.recording.importer import RecordingError, import_recording
+from .import_policy import check_readable
 from .pipeline import PipelineError, check_plan, extend_after_import
 from .runtime import Reporter, hinted_backoff
 
@@ -40,12 +41,14 @@ def import_recording_job(ctx: JobContext, *, folder: str | None = None, files: l
     """Import a recording folder (or uploaded segment files) as one session.
 
     Raises:
-      RecordingError: No segments, several rooms, or an unreadable segment (the file is named).
+      RecordingError: No segments, several rooms, or an unreadable segment (the file is named);
+        ImportNotAllowed (a RecordingError) for a path outside the import roots and the owner's uploads.
       HostileXml: A danmaku file tries entity expansion.
     """
     check_plan(ctx)  # as a pipeline's first step: refuse an impossible plan before any work
     if (folder is None) == (files is None):
         raise RecordingError("give either a folder or a list of files")
+    check_readable(ctx, [folder] if folder is not None else list(files or []))
     source: Path | list[Path] = Path(folder) if folder is not None else [Path(f) for f in files or []]
     reporter = Reporter(ctx, 0.0, 0.95)
     try:

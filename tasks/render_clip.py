@@ -39,10 +39,10 @@ class SessionNotFound(DomainError):
     """No such recording session."""
 
 
-def session_cues(session_id: str) -> list[Cue]:
+def session_cues(session_id: str, owner_id: str) -> list[Cue]:
     """The stored transcripts of a session as cues on the session timeline."""
     with domain_engine().connect() as conn:
-        offsets = {s.idx: s.offset_s for s in store.segment_list(conn, session_id)}
+        offsets = {s.idx: s.offset_s for s in store.segment_list(conn, session_id, owner_id=owner_id)}
         transcripts = store.transcript_list(conn, session_id)
     cues = []
     for t in transcripts:
@@ -82,10 +82,10 @@ def render_clip_job(
       OutputRootDegraded: The output root is degraded (retried after the next probe is due).
     """
     with domain_engine().connect() as conn:
-        segments = store.segment_list(conn, session_id)
+        segments = store.segment_list(conn, session_id, owner_id=ctx.owner_id)
     if not segments:
         raise SessionNotFound(f"no recording session {session_id}")
-    cues = session_cues(session_id) if subtitles else None
+    cues = session_cues(session_id, ctx.owner_id) if subtitles else None
     settings = task_settings()
     options = RenderOptions(
         width=width,

@@ -170,10 +170,17 @@ def session_count(conn: Connection, owner_id: str) -> int:
     return len(conn.execute(select(_sessions.c.id).where(_sessions.c.owner_id == owner_id)).all())
 
 
-def segment_list(conn: Connection, session_id: str) -> list[SegmentRow]:
+def segment_list(conn: Connection, session_id: str, *, owner_id: str) -> list[SegmentRow]:
+    """The segments of *owner_id*'s session *session_id*; none for another owner's session (a job
+    naming a session id it learnt elsewhere must not read, transcribe or render that recording)."""
     from pathlib import Path
 
-    rows = conn.execute(select(_segments).where(_segments.c.session_id == session_id).order_by(_segments.c.idx))
+    rows = conn.execute(
+        select(_segments)
+        .join(_sessions, _sessions.c.id == _segments.c.session_id)
+        .where(_segments.c.session_id == session_id, _sessions.c.owner_id == owner_id)
+        .order_by(_segments.c.idx)
+    )
     return [SegmentRow(**{**r, "path": Path(r["path"])}) for r in rows.mappings()]
 
 

@@ -83,7 +83,7 @@ def transcribe_job(
       FileNotFoundError: The segment's file is gone.
     """
     with domain_engine().connect() as conn:
-        segments = store.segment_list(conn, session_id)
+        segments = store.segment_list(conn, session_id, owner_id=ctx.owner_id)
     seg = next((s for s in segments if s.idx == segment), None)
     if seg is None:
         raise SegmentNotFound(f"session {session_id} has no segment {segment}")

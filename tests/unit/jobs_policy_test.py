@@ -51,3 +51,12 @@ def test_request_digest_is_canonical() -> None:
     assert a == b
     assert a != request_digest("k", {"a": 2, "b": [1, 2]}, ("rec", "1"))
     assert a != request_digest("other", {"a": 1, "b": [1, 2]}, ("rec", "1"))
+
+
+def test_an_error_type_naming_a_secret_word_does_not_mask_the_message() -> None:
+    class SessionNotFound(Exception):
+        pass
+
+    assert public_error(SessionNotFound("no recording session 12ab")) == "SessionNotFound: no recording session 12ab"
+    assert public_error(SessionNotFound("session=12ab expired")) == "SessionNotFound: session=*** expired"
+    assert public_error(SessionNotFound("")) == "SessionNotFound"

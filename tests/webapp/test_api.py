@@ -132,6 +132,21 @@ def test_bulk_dry_run_then_cancel(client, alice, bob, fake_jobs):  # type: ignor
     assert retried.json["affected"] == 2
 
 
+@pytest.mark.parametrize("action", ["cancel", "retry"])
+@pytest.mark.parametrize(
+    "request_kwargs", [{}, {"json": {}}, {"json": {"dry_run": False}}], ids=["no body", "{}", "no filter"]
+)
+def test_bulk_without_a_filter_is_refused_and_changes_nothing(client, alice, fake_jobs, action, request_kwargs):  # type: ignore[no-untyped-def]
+    job = _submit(client, alice).json["id"]
+    fake_jobs.advance(job, status="failed")
+    queued = _submit(client, alice).json["id"]
+    r = client.post(f"/api/v1/jobs/bulk/{action}", headers=alice.bearer, **request_kwargs)
+    assert r.status_code == 422, r.get_data(as_text=True)
+    assert "filter" in r.get_data(as_text=True)
+    assert fake_jobs.jobs[job].status == "failed" and fake_jobs.jobs[queued].status == "queued"
+    assert len(fake_jobs.jobs) == 2  # no retry created
+
+
 def test_operator_endpoints(client, root, web_broker):  # type: ignore[no-untyped-def]
     import dramatiq
 

@@ -116,7 +116,11 @@ class JobListQuerySchema(JobFilterSchema):
 
 
 class BulkSchema(ma.Schema):
-    filter = fields.Nested(JobFilterSchema, load_default=dict)
+    # Required: a bulk action names what it acts on. A request without a body (or without a filter)
+    # used to mean "every job you can see"; an explicit ``{}`` still does.
+    filter = fields.Nested(
+        JobFilterSchema, required=True, metadata={"description": "which jobs (`{}` for every job you can see)"}
+    )
     dry_run = fields.Boolean(load_default=False, metadata={"description": "only count what would be affected"})
     limit = WholeNumber(load_default=500, validate=validate.Range(min=1, max=1000))
 

@@ -102,6 +102,7 @@ def test_make_run_serves_a_job_over_http_and_sigterm_stops_everything_cleanly(
     env.update(tenure_env, PORT=str(port), PYTHONPATH=str(clone), PYTHONUNBUFFERED="1", TENURE_WEB_WORKERS="1")
     env["TENURE_OUTPUT_ROOT"] = str(tmp_path / "outputs")
     rec = tmp_path / "rec" / "4242-ops"
+    env["TENURE_IMPORT_ROOTS"] = str(rec.parent)
     subprocess.run(
         [str(VENV / "bin" / "tenure"), "demo", "make-recording", str(rec), "--segments", "1", "--seconds", "2"],
         cwd=clone,

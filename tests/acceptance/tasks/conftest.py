@@ -93,10 +93,10 @@ class Fleet:
         """The ``asr`` process type: the asr queue only, one thread."""
         return self.worker(name, ("asr",), threads=1)
 
-    def submit(self, kind: str, payload: dict[str, Any], **kwargs: Any) -> jobs.JobRecord:
+    def submit(self, kind: str, payload: dict[str, Any], *, owner_id: str = OWNER, **kwargs: Any) -> jobs.JobRecord:
         return jobs.submit(
             self.engine,
-            owner_id=OWNER,
+            owner_id=owner_id,
             kind=kind,
             payload=payload,
             registry=self.registry,
@@ -104,8 +104,8 @@ class Fleet:
             **kwargs,
         )
 
-    def job(self, job_id: str) -> jobs.JobRecord:
-        return jobs.get_job(self.engine, job_id, owner_id=OWNER)
+    def job(self, job_id: str, owner_id: str = OWNER) -> jobs.JobRecord:
+        return jobs.get_job(self.engine, job_id, owner_id=owner_id)
 
     def events(self, job_id: str) -> list[jobs.JobEventRecord]:
         return jobs.job_events(self.engine, job_id, owner_id=OWNER, limit=500)
@@ -194,14 +194,16 @@ def mirror_kinds(broker: SQLiteBroker) -> Registry:
 
 
 @pytest.fixture()
-def fleet(tmp_path: Path) -> Iterator[Fleet]:
+def fleet(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     db = tmp_path / "tenure.db"
     url = f"sqlite:///{db}"
     upgrade(url)
     broker = SQLiteBroker(url, middleware=[])
     engine = make_engine(url)
     settings = Settings(database_url=url, broker_url=url, output_root=str(tmp_path / "outputs"))
-    f = Fleet(tmp_path, db, engine, broker, mirror_kinds(broker), settings)
+    # The recordings live in pytest's temporary folders (the session's and each test's): the import root.
+    imports = {"TENURE_IMPORT_ROOTS": str(tmp_path_factory.getbasetemp())}
+    f = Fleet(tmp_path, db, engine, broker, mirror_kinds(broker), settings, env_extra=imports)
     try:
         yield f
     finally:

@@ -9,7 +9,7 @@ import pytest
 
 from tasks.domain.demo_recording import DemoRecording
 
-from .conftest import Fleet
+from .conftest import OWNER, Fleet
 
 
 @pytest.mark.timeout(90)
@@ -65,3 +65,52 @@ def test_unreadable_segment_fails_the_job_naming_the_file(
     assert job.status == "failed" and job.attempt == 1
     assert bad.name in (job.error or "")
     assert fleet.sql("SELECT count(*) FROM recording_sessions") == [(0,)]
+
+
+@pytest.mark.timeout(90)
+def test_imports_read_only_the_import_roots_and_the_owners_own_uploads(
+    fleet: Fleet, recording: DemoRecording, tmp_path: Path
+) -> None:
+    # Given a worker whose only import root is the folder holding the generated recording
+    root = recording.folder.parent
+    fleet.env_extra["TENURE_IMPORT_ROOTS"] = str(root)
+    uploads = fleet.output_root / "uploads"
+    theirs = uploads / "someone-else" / "up1"
+    mine = uploads / OWNER / "up2"
+    shutil.copytree(recording.folder, theirs)
+    shutil.copytree(recording.folder, mine)
+    outside = tmp_path / "elsewhere"
+    shutil.copytree(recording.folder, outside)
+    link = root / f"link-{tmp_path.name}"
+    link.symlink_to(theirs, target_is_directory=True)
+    fleet.worker("w1", ("default",))
+
+    # When imports name another owner's upload, directly, through "..", through a symlink in the root,
+    # a folder outside every root, a path that does not exist, or one outside file among allowed ones
+    refused = {
+        "another owner's upload": {"folder": str(theirs)},
+        "dot-dot out of the root": {"folder": f"{root}/../{theirs.relative_to(root.parent)}"},
+        "symlink in the root": {"folder": str(link)},
+        "outside every root": {"folder": str(outside)},
+        "missing path": {"folder": str(tmp_path / "no-such-folder")},
+        "one file outside": {"files": [str(p) for p in sorted(mine.iterdir())] + [str(next(outside.iterdir()))]},
+    }
+    jobs_by_case = {case: fleet.submit("import_recording", payload).id for case, payload in refused.items()}
+    allowed = {
+        "own upload": fleet.submit("import_recording", {"folder": str(mine)}).id,
+        "import root": fleet.submit("import_recording", {"folder": str(recording.folder)}).id,
+    }
+
+    # Then each refused one failed at once, before reading anything, with the same explanation
+    for case, job_id in jobs_by_case.items():
+        job = fleet.wait_terminal(job_id)
+        assert job.status == "failed" and job.attempt == 1, (case, job.status, job.error)
+        assert "not inside an import root (TENURE_IMPORT_ROOTS) or your uploads" in (job.error or ""), (case, job.error)
+        assert not [e for e in fleet.events(job_id) if e.type == "import_warning"], case
+    # and the owner's own upload and the import root were imported (one session each: different folders,
+    # same recorder key, so the second import updates the owner's one session)
+    for case, job_id in allowed.items():
+        job = fleet.wait_terminal(job_id)
+        assert job.status == "succeeded", (case, job.error)
+    assert fleet.sql("SELECT count(*) FROM recording_sessions WHERE owner_id = :o", o=OWNER) == [(1,)]
+    link.unlink()

@@ -7,6 +7,7 @@ from pathlib import Path
 import av
 import pytest
 
+import jobs
 from jobs import cancel
 from tasks.domain.demo_recording import DemoRecording
 from tasks.outputs import clean_partial_outputs
@@ -109,3 +110,26 @@ def test_sigkill_mid_render_retries_on_another_worker_with_a_new_file(fleet: Fle
     # And the resync's cleanup removes the old partial, keeping the published files
     assert clean_partial_outputs(fleet.engine, fleet.output_root) == 1
     assert sorted(p.name for p in job_dir.iterdir()) == ["2-clip.jpg", "2-clip.mp4"]
+
+
+@pytest.mark.timeout(120)
+def test_another_owners_session_is_neither_rendered_nor_transcribed(fleet: Fleet, recording: DemoRecording) -> None:
+    # Given the owner's imported session, and another owner who learnt its id
+    fleet.worker("main", ("default", "render", "asr"))
+    session_id = session_of(fleet, recording)["session_id"]
+    intruder = "someone-else"
+
+    # When they submit a render of it and a transcription of one of its segments
+    render = fleet.submit("render_clip", {"session_id": session_id, "start_s": 0.0, "end_s": 2.0}, owner_id=intruder).id
+    transcribe = fleet.submit("transcribe", {"session_id": session_id, "segment": 0}, owner_id=intruder).id
+
+    # Then both fail as for a missing session: nothing rendered, transcribed or written
+    def finished(job_id: str) -> jobs.JobRecord:
+        return fleet.wait(lambda: (j := fleet.job(job_id, owner_id=intruder)).terminal and j, 60, job_id)
+
+    rendered, transcribed = finished(render), finished(transcribe)
+    assert rendered.status == "failed" and f"no recording session {session_id}" in (rendered.error or "")
+    assert transcribed.status == "failed" and "has no segment 0" in (transcribed.error or "")
+    assert fleet.sql("SELECT count(*) FROM clips") == [(0,)]
+    assert fleet.sql("SELECT count(*) FROM transcripts") == [(0,)]
+    assert not (fleet.output_root / render).exists() and not (fleet.output_root / transcribe).exists()

@@ -59,7 +59,10 @@ def test_session_upsert_is_idempotent_and_replaces_segments(engine: Engine, smal
         other, _ = store.session_upsert(conn, owner_id="u2", imported=imported, folder="f", job_id="j3")
     assert created and not created_again and first == again and other != first
     with engine.connect() as conn:
-        assert [s.idx for s in store.segment_list(conn, first)] == [0, 1]
+        assert [s.idx for s in store.segment_list(conn, first, owner_id="u1")] == [0, 1]
+        # another owner's session reads as empty, like a missing one
+        assert store.segment_list(conn, first, owner_id="u2") == []
+        assert store.segment_list(conn, other, owner_id="u1") == []
         assert len(store.danmaku_stats_list(conn, first)) == 2
         session = store.session_get(conn, first)
     assert session is not None and session.import_job_id == "j2" and session.segment_count == 2

@@ -1,0 +1,56 @@
+"""Where ``import_recording`` may read: the configured import roots and the job owner's own uploads.
+
+A recording folder in a payload is a path on the worker's disk, so without this rule any user could
+import (and then render and download) another owner's upload under ``<output_root>/uploads/<owner>/``
+or any media file the worker can read. Allowed are:
+
+* the folders of ``TENURE_IMPORT_ROOTS`` (``os.pathsep``-separated, relative to the worker's working
+  directory; default ``var/recordings``): recordings the operators put there for everyone;
+* the owner's own uploads, ``<output_root>/uploads/<owner_id>/`` (the root snapshotted at submit).
+
+Paths are compared after resolving ``..`` and symbolic links, and the answer is the same whether or not
+the path exists, so a refusal tells nothing about the worker's file system.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from jobs import JobContext
+from jobs.settings import current_settings
+
+from .domain.recording.importer import RecordingError
+from .runtime import output_root
+
+
+class ImportNotAllowed(RecordingError):
+    """The payload names a path outside the import roots and the owner's uploads."""
+
+
+def import_roots(value: str | None = None) -> list[Path]:
+    """The resolved folders of *value* (default: this process's ``TENURE_IMPORT_ROOTS``)."""
+    raw = current_settings().import_roots if value is None else value
+    return [Path(part).resolve() for part in raw.split(os.pathsep) if part.strip()]
+
+
+def uploads_root(ctx: JobContext) -> Path:
+    """The job owner's uploads folder (where ``POST /api/v1/uploads`` stores their files)."""
+    return (output_root(ctx) / "uploads" / ctx.owner_id).resolve()
+
+
+def check_readable(ctx: JobContext, paths: Iterable[str]) -> None:
+    """Refuse the import unless every path lies inside an import root or the owner's uploads.
+
+    Raises:
+      ImportNotAllowed: Naming the first refused path as the payload gave it.
+    """
+    allowed = [*import_roots(), uploads_root(ctx)]
+    for given in paths:
+        resolved = Path(given).resolve()
+        if not any(resolved == root or resolved.is_relative_to(root) for root in allowed):
+            raise ImportNotAllowed(
+                f"{given}: not inside an import root (TENURE_IMPORT_ROOTS) or your uploads; "
+                "ask an operator to put the recording under an import root, or upload it"
+            )
