@@ -337,22 +337,26 @@ def test_a_stale_owners_late_ack_deletes_nothing(cluster: Cluster) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_database_is_locked_storm_loses_no_ack_across_processes(cluster: Cluster) -> None:
-    # Given two processes whose SQLite gives up on the write lock after 300 ms (TTL well above the storm)
+    # Given two processes whose SQLite gives up on the write lock after 300 ms (TTL well above the storm),
+    # busy with 2,000 messages of 20 ms each: ~2.5 s of work for their 16 threads, so the storm below
+    # starts with most of it left, however loaded the machine is
     n = 2000
     a = cluster.start("a", ttl_ms=10_000, busy_ms=300)
     b = cluster.start("b", ttl_ms=10_000, busy_ms=300)
     for i in range(n):
-        cluster.send("record", f"s{i}")
+        cluster.send("snooze", f"s{i}", 0.02)
     cluster.wait(lambda: cluster.ledger_one("SELECT count(*) FROM ledger") >= 200, 60, "processing to start", a, b)
 
     # When another connection holds the broker's write lock for 2 s
     holder = sqlite3.connect(cluster.broker_db, isolation_level=None, timeout=60)
     try:
         holder.execute("BEGIN IMMEDIATE")
+        done_at_storm = cluster.ledger_one("SELECT count(*) FROM ledger")
         time.sleep(2.0)  # the storm itself
         holder.execute("COMMIT")
     finally:
         holder.close()
+    assert done_at_storm < n, "the work was over before the storm began"
 
     # Then everything is processed exactly once and every ack lands
     cluster.wait(lambda: cluster.ledger_one("SELECT count(*) FROM ledger") == n, 90, f"{n} ledger rows", a, b)
