@@ -147,6 +147,15 @@ def test_bulk_without_a_filter_is_refused_and_changes_nothing(client, alice, fak
     assert len(fake_jobs.jobs) == 2  # no retry created
 
 
+@pytest.mark.parametrize("dry_run", [0, 1, "no", "true", None])
+def test_bulk_dry_run_must_be_a_json_boolean(client, alice, fake_jobs, dry_run):  # type: ignore[no-untyped-def]
+    queued = _submit(client, alice).json["id"]
+    body = {"filter": {}, "dry_run": dry_run}
+    r = client.post("/api/v1/jobs/bulk/cancel", json=body, headers=alice.bearer)
+    assert r.status_code == 422 and "dry_run" in r.get_data(as_text=True)
+    assert fake_jobs.jobs[queued].status == "queued"
+
+
 def test_operator_endpoints(client, root, web_broker):  # type: ignore[no-untyped-def]
     import dramatiq
 

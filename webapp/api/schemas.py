@@ -30,6 +30,16 @@ class WholeNumber(fields.Integer):
         return super()._validated(value)
 
 
+class JsonBoolean(fields.Boolean):
+    """A boolean in a JSON body: ``true`` or ``false`` only. marshmallow's Boolean also takes ``0``, ``"no"``,
+    ``"off"`` …, so a client meaning a dry run by a value it thinks truthy could run the action for real."""
+
+    def _deserialize(self, value, attr, data, **kwargs):  # type: ignore[no-untyped-def]
+        if not isinstance(value, bool):
+            raise self.make_error("invalid", input=value)
+        return value
+
+
 class ErrorDetailSchema(ma.Schema):
     code = fields.String(required=True, metadata={"description": "machine-readable error code"})
     message = fields.String(required=True, metadata={"description": "human-readable explanation"})
@@ -121,7 +131,7 @@ class BulkSchema(ma.Schema):
     filter = fields.Nested(
         JobFilterSchema, required=True, metadata={"description": "which jobs (`{}` for every job you can see)"}
     )
-    dry_run = fields.Boolean(load_default=False, metadata={"description": "only count what would be affected"})
+    dry_run = JsonBoolean(load_default=False, metadata={"description": "only count what would be affected"})
     limit = WholeNumber(load_default=500, validate=validate.Range(min=1, max=1000))
 
 
