@@ -20,6 +20,7 @@ from pathlib import Path
 
 from jobs import JobContext
 from jobs.settings import current_settings
+from jobs.uploads import uploads_dir
 
 from .domain.recording.importer import RecordingError
 from .runtime import output_root
@@ -37,7 +38,7 @@ def import_roots(value: str | None = None) -> list[Path]:
 
 def uploads_root(ctx: JobContext) -> Path:
     """The job owner's uploads folder (where ``POST /api/v1/uploads`` stores their files)."""
-    return (output_root(ctx) / "uploads" / ctx.owner_id).resolve()
+    return uploads_dir(output_root(ctx), ctx.owner_id).resolve()
 
 
 def check_readable(ctx: JobContext, paths: Iterable[str]) -> None:

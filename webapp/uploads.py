@@ -12,12 +12,13 @@ into place, so a half-written upload is never visible), and the folder is what a
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from jobs.uploads import uploads_dir
 
 from .errors import ApiError, Invalid
 
@@ -114,9 +115,8 @@ def validate(files: list[Any], max_bytes: int) -> list[tuple[str, Any]]:
 def store(output_root: Path, owner_id: str, files: list[Any], max_bytes: int) -> Upload:
     """Validate *files* (nothing is written if one fails), then store them in a new upload folder."""
     checked = validate(files, max_bytes)
-    owner = re.sub(r"[^A-Za-z0-9_-]", "_", owner_id)[:100] or "_"
     upload_id = uuid.uuid4().hex
-    base = Path(output_root) / "uploads" / owner
+    base = uploads_dir(output_root, owner_id)
     base.mkdir(parents=True, exist_ok=True)
     staging = base / f".{upload_id}.partial"
     final = base / upload_id

@@ -114,3 +114,22 @@ def test_imports_read_only_the_import_roots_and_the_owners_own_uploads(
         assert job.status == "succeeded", (case, job.error)
     assert fleet.sql("SELECT count(*) FROM recording_sessions WHERE owner_id = :o", o=OWNER) == [(1,)]
     link.unlink()
+
+
+@pytest.mark.timeout(60)
+def test_an_owner_id_that_is_not_a_plain_folder_name_cannot_reach_other_uploads(
+    fleet: Fleet, recording: DemoRecording
+) -> None:
+    # Given an upload of owner "a_b", and a job of owner "../uploads/a_b" (an id that is no folder name)
+    fleet.env_extra["TENURE_IMPORT_ROOTS"] = str(fleet.tmp / "no-root")
+    theirs = fleet.output_root / "uploads" / "a_b" / "up1"
+    shutil.copytree(recording.folder, theirs)
+    fleet.worker("w1", ("default",))
+
+    # When that owner imports the upload by a path through "its" uploads folder
+    sneaky = "../uploads/a_b"
+    job_id = fleet.submit("import_recording", {"folder": str(theirs)}, owner_id=sneaky).id
+
+    # Then it is refused: the owner id maps to the plain folder "___uploads_a_b", not to another owner's
+    job = fleet.wait(lambda: (j := fleet.job(job_id, owner_id=sneaky)).terminal and j, 30, "the import")
+    assert job.status == "failed" and "not inside an import root" in (job.error or ""), job.error
