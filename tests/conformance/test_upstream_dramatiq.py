@@ -45,6 +45,13 @@ DESELECTED = {
     "test_stub_broker.py::test_stub_broker_respects_prefetch": "asserts StubBroker.queues[...].qsize()",
 }
 
+#: Upstream tests whose wall-clock bound rides on Dramatiq's own jittered result polling: StubBackend's
+#: blocking ``get_result`` looks after 100–200 ms, then after another 200–400 ms, so a first look that
+#: comes a few ms before the 100 ms tasks finish ends past the 0.5 s bound. It failed 3 times in ~8
+#: ``make test`` runs on this VM (0.54–0.56 s) and never in 30 isolated or 4 whole-suite runs by hand
+#: (0.16–0.18 s). A failure of these (and only these) is run once more, in a fresh process, and reported.
+TIMING_BOUND = frozenset({"test_composition.py::test_groups_execute_inner_groups[stub]"})
+
 
 def fetch_sdist() -> Path:
     CACHE.mkdir(parents=True, exist_ok=True)
@@ -113,8 +120,16 @@ def test_dramatiq_upstream_suite_passes_on_sqlite_broker(tmp_path: Path) -> None
     proc = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=880)
     summary = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
     print(proc.stdout[-20000:])
-    assert proc.returncode == 0, f"upstream suite failed: {summary}\n{proc.stdout[-20000:]}\n{proc.stderr[-5000:]}"
     passed = int(m.group(1)) if (m := re.search(r"(\d+) passed", summary)) else 0
+    failed = set(re.findall(rf"^FAILED {re.escape(pkg.name)}/(\S+)", proc.stdout, re.MULTILINE))
+    if proc.returncode != 0 and failed and failed <= TIMING_BOUND:
+        rerun = [*args[:3], *(f"{pkg.name}/{test_id}" for test_id in sorted(failed)), *args[4:]]
+        again = subprocess.run(rerun, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        print(f"timing-bound upstream test(s) failed, run again: {sorted(failed)}\n{again.stdout[-5000:]}")
+        assert again.returncode == 0, f"failed twice: {sorted(failed)}\n{proc.stdout[-20000:]}\n{again.stdout[-5000:]}"
+        passed += len(failed)
+    else:
+        assert proc.returncode == 0, f"upstream suite failed: {summary}\n{proc.stdout[-20000:]}\n{proc.stderr[-5000:]}"
     # 106 generic tests minus the 5 deselected, plus 26 more from running the result/rate-limiter
     # backend parametrizations on both Tenure's SQLite backends and Dramatiq's stub ones.
     assert passed == 127, summary
