@@ -36,11 +36,11 @@ def cpu_ticks(pid: int) -> tuple[int, int]:
     return int(fields[11]), int(fields[12])  # utime, stime
 
 
-def done_count(db: Path, raw: bool) -> int:
-    """Jobs succeeded (or, raw, messages acked: an ack deletes the message row) so far."""
+def done_count(db: Path, n: int, raw: bool) -> int:
+    """Of the *n*: jobs succeeded (or, raw, messages acked: an ack deletes the message row) so far."""
     with sqlite3.connect(db) as conn:
         if raw:
-            return -conn.execute("SELECT count(*) FROM broker_messages").fetchone()[0]
+            return n - conn.execute("SELECT count(*) FROM broker_messages").fetchone()[0]
         return conn.execute("SELECT count(*) FROM jobs WHERE status = 'succeeded'").fetchone()[0]
 
 
@@ -83,7 +83,7 @@ def main() -> None:
             try:
                 time.sleep(2.5)
                 child = int(Path(f"/proc/{main_proc.pid}/task/{main_proc.pid}/children").read_text().split()[0])
-                before, (u0, s0) = done_count(db, args.raw), cpu_ticks(child)
+                before, (u0, s0) = done_count(db, args.n, args.raw), cpu_ticks(child)
                 if args.strace:
                     out = Path(tmp) / "strace.txt"
                     tracer = ["strace", "-c", "-f", "-p", str(child), "-o", str(out)]
@@ -92,13 +92,12 @@ def main() -> None:
                     )
                 else:
                     time.sleep(args.seconds)
-                after, (u1, s1) = done_count(db, args.raw), cpu_ticks(child)
+                after, (u1, s1) = done_count(db, args.n, args.raw), cpu_ticks(child)
             finally:
                 main_proc.terminate()
                 main_proc.wait(30)
         done = after - before
-        drained = after >= 0 if args.raw else after >= args.n
-        if drained:
+        if after >= args.n:
             print("warning: the queue ran dry during the window; use a larger --n")
         per_job_us = 1e6 / TICKS / max(done, 1)
         print(

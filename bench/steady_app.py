@@ -31,6 +31,7 @@ kind = declare_kind(_broker, jobs.registry)
 def raw_noop() -> None:
     """The raw broker's no-op message (``--raw``): no job, no middleware work beyond Dramatiq's defaults."""
 
+
 if os.environ.get("BENCH_NO_PROGRESS_FENCE") == "1":
 
     def _progress_in_memory(self: JobContext, fraction: float | None = None, message: str | None = None) -> Any:

@@ -30,10 +30,9 @@ class ImportNotAllowed(RecordingError):
     """The payload names a path outside the import roots and the owner's uploads."""
 
 
-def import_roots(value: str | None = None) -> list[Path]:
-    """The resolved folders of *value* (default: this process's ``TENURE_IMPORT_ROOTS``)."""
-    raw = current_settings().import_roots if value is None else value
-    return [Path(part).resolve() for part in raw.split(os.pathsep) if part.strip()]
+def import_roots() -> list[Path]:
+    """The resolved folders of this process's ``TENURE_IMPORT_ROOTS``."""
+    return [Path(part).resolve() for part in current_settings().import_roots.split(os.pathsep) if part.strip()]
 
 
 def uploads_root(ctx: JobContext) -> Path:
@@ -50,7 +49,7 @@ def check_readable(ctx: JobContext, paths: Iterable[str]) -> None:
     allowed = [*import_roots(), uploads_root(ctx)]
     for given in paths:
         resolved = Path(given).resolve()
-        if not any(resolved == root or resolved.is_relative_to(root) for root in allowed):
+        if not any(resolved.is_relative_to(root) for root in allowed):
             raise ImportNotAllowed(
                 f"{given}: not inside an import root (TENURE_IMPORT_ROOTS) or your uploads; "
                 "ask an operator to put the recording under an import root, or upload it"

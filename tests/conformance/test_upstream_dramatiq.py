@@ -100,11 +100,7 @@ def extract_tests(sdist: Path, dest: Path) -> Path:
 def test_dramatiq_upstream_suite_passes_on_sqlite_broker(tmp_path: Path) -> None:
     pkg = extract_tests(fetch_sdist(), tmp_path)
     # Relative node ids: the child runs in tmp_path with tmp_path as rootdir.
-    args = [
-        sys.executable,
-        "-m",
-        "pytest",
-        str(pkg),
+    options = [
         "-q",
         "-p",
         "no:cacheprovider",
@@ -115,7 +111,9 @@ def test_dramatiq_upstream_suite_passes_on_sqlite_broker(tmp_path: Path) -> None
         "-rf",
     ]
     for test_id in DESELECTED:
-        args += ["--deselect", f"{pkg.name}/{test_id}"]
+        options += ["--deselect", f"{pkg.name}/{test_id}"]
+    pytest_cmd = [sys.executable, "-m", "pytest"]
+    args = [*pytest_cmd, str(pkg), *options]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=880)
     summary = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
@@ -123,7 +121,7 @@ def test_dramatiq_upstream_suite_passes_on_sqlite_broker(tmp_path: Path) -> None
     passed = int(m.group(1)) if (m := re.search(r"(\d+) passed", summary)) else 0
     failed = set(re.findall(rf"^FAILED {re.escape(pkg.name)}/(\S+)", proc.stdout, re.MULTILINE))
     if proc.returncode != 0 and failed and failed <= TIMING_BOUND:
-        rerun = [*args[:3], *(f"{pkg.name}/{test_id}" for test_id in sorted(failed)), *args[4:]]
+        rerun = [*pytest_cmd, *(f"{pkg.name}/{test_id}" for test_id in sorted(failed)), *options]
         again = subprocess.run(rerun, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
         print(f"timing-bound upstream test(s) failed, run again: {sorted(failed)}\n{again.stdout[-5000:]}")
         assert again.returncode == 0, f"failed twice: {sorted(failed)}\n{proc.stdout[-20000:]}\n{again.stdout[-5000:]}"

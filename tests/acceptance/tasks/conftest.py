@@ -136,8 +136,8 @@ class Fleet:
                 raise AssertionError(f"timed out after {timeout_s}s waiting for {what}:\n{self.logs()}")
             time.sleep(0.1)
 
-    def wait_terminal(self, job_id: str, timeout_s: float = 60) -> jobs.JobRecord:
-        return self.wait(lambda: (j := self.job(job_id)).terminal and j, timeout_s, f"job {job_id} to finish")
+    def wait_terminal(self, job_id: str, timeout_s: float = 60, owner_id: str = OWNER) -> jobs.JobRecord:
+        return self.wait(lambda: (j := self.job(job_id, owner_id)).terminal and j, timeout_s, f"job {job_id} to finish")
 
     def sigkill_worker_process(self, pid: int) -> str:
         """SIGKILL one worker process (a child of a started ``dramatiq``); returns which one it was.

@@ -131,5 +131,5 @@ def test_an_owner_id_that_is_not_a_plain_folder_name_cannot_reach_other_uploads(
     job_id = fleet.submit("import_recording", {"folder": str(theirs)}, owner_id=sneaky).id
 
     # Then it is refused: the owner id maps to the plain folder "___uploads_a_b", not to another owner's
-    job = fleet.wait(lambda: (j := fleet.job(job_id, owner_id=sneaky)).terminal and j, 30, "the import")
+    job = fleet.wait_terminal(job_id, 30, owner_id=sneaky)
     assert job.status == "failed" and "not inside an import root" in (job.error or ""), job.error

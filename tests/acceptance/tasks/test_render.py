@@ -7,7 +7,6 @@ from pathlib import Path
 import av
 import pytest
 
-import jobs
 from jobs import cancel
 from tasks.domain.demo_recording import DemoRecording
 from tasks.outputs import clean_partial_outputs
@@ -124,10 +123,7 @@ def test_another_owners_session_is_neither_rendered_nor_transcribed(fleet: Fleet
     transcribe = fleet.submit("transcribe", {"session_id": session_id, "segment": 0}, owner_id=intruder).id
 
     # Then both fail as for a missing session: nothing rendered, transcribed or written
-    def finished(job_id: str) -> jobs.JobRecord:
-        return fleet.wait(lambda: (j := fleet.job(job_id, owner_id=intruder)).terminal and j, 60, job_id)
-
-    rendered, transcribed = finished(render), finished(transcribe)
+    rendered, transcribed = (fleet.wait_terminal(j, owner_id=intruder) for j in (render, transcribe))
     assert rendered.status == "failed" and f"no recording session {session_id}" in (rendered.error or "")
     assert transcribed.status == "failed" and "has no segment 0" in (transcribed.error or "")
     assert fleet.sql("SELECT count(*) FROM clips") == [(0,)]
