@@ -14,6 +14,10 @@ after the completion has committed. So a recorded message is one job through cla
 timed from gate-open like the raw drain.
 
 The one kind, ``bench_job_noop`` on queue ``tenure_bench_jobs``, only calls ``ctx.progress(1.0, "done")``.
+
+``BENCH_NO_PROGRESS_FENCE=1`` replaces ``JobContext.progress`` with one that only records the report in memory
+(written with the completion), to measure what the fenced read of a coalesced progress costs: an experiment of
+docs/benchmarks.md, not a mode of the product.
 """
 
 from __future__ import annotations
@@ -62,6 +66,15 @@ def build_broker(settings: jobs.Settings) -> SQLiteBroker:
         lease_ttl_ms=int(settings.broker_lease_ttl_s * 1000),
         busy_timeout_ms=settings.sqlite_busy_timeout_ms,
     )
+
+
+def _progress_in_memory(self: jobs.JobContext, fraction: float | None = None, message: str | None = None) -> None:
+    with self._progress_lock:
+        self._pending_progress = (fraction, message)
+
+
+if os.environ.get("BENCH_NO_PROGRESS_FENCE") == "1":
+    jobs.JobContext.progress = _progress_in_memory  # type: ignore[method-assign]
 
 
 def declare_kind(broker: Broker, registry: jobs.Registry) -> jobs.Kind:
