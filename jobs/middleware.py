@@ -761,7 +761,18 @@ def _run_and_record(mw: JobMiddleware, ctx: JobContext, kind: Kind) -> None:
     except StaleAttempt:
         return
     except BaseException as e:  # every failure of user code is an outcome, even interrupts
-        logger.warning("Job %s attempt %d raised %s.", ctx.job_id, ctx.attempt, type(e).__name__, exc_info=True)
+        if isinstance(e, kind.never_retry):
+            # A failure the kind declares final (bad input, a missing file): its one-line error is the whole
+            # story, and a traceback per bad upload would bury real faults in the log (kept at DEBUG).
+            logger.warning(
+                "Job %s attempt %d failed: %s",
+                ctx.job_id,
+                ctx.attempt,
+                public_error(e),
+                exc_info=logger.isEnabledFor(logging.DEBUG),
+            )
+        else:
+            logger.warning("Job %s attempt %d raised %s.", ctx.job_id, ctx.attempt, type(e).__name__, exc_info=True)
         outcome, value = "error", e
     if ctx.timed_out and outcome != "ok":
         outcome = "timeout"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from pathlib import Path
@@ -102,6 +103,33 @@ def test_attempts_exhausted_and_never_retry(env: JobEnv) -> None:
     _run(env, job.id)
     rec = jobs.get_job(env.engine, job.id, owner_id="u1")
     assert rec.status == "failed" and rec.attempt == 1 and rec.error == "ValueError: bad input"
+
+
+def test_final_failures_log_one_line_and_unexpected_ones_a_traceback(
+    env: JobEnv, caplog: pytest.LogCaptureFixture
+) -> None:
+    def invalid(ctx: JobContext) -> None:
+        raise ValueError("bad input token=hunter2")
+
+    def broken(ctx: JobContext) -> None:
+        raise RuntimeError("a bug")
+
+    env.declare("invalid", invalid, never_retry=(ValueError,))
+    env.declare("broken", broken, backoff=lambda a: 0)
+    bad, bug = env.submit("invalid"), env.submit("broken", max_attempts=1)
+    with caplog.at_level(logging.INFO, logger="jobs.middleware"):
+        _run(env, bad.id)
+        _run(env, bug.id)
+    final = [r for r in caplog.records if bad.id in r.getMessage()]
+    unexpected = [r for r in caplog.records if bug.id in r.getMessage()]
+    assert [r.getMessage() for r in final] == [f"Job {bad.id} attempt 1 failed: ValueError: bad input token=***"]
+    assert not final[0].exc_info and "hunter2" not in caplog.text
+    assert len(unexpected) == 1 and unexpected[0].exc_info
+    # At DEBUG the final failure's traceback is there too.
+    again = env.submit("invalid", idempotency_key="again")
+    with caplog.at_level(logging.DEBUG, logger="jobs.middleware"):
+        _run(env, again.id)
+    assert [bool(r.exc_info) for r in caplog.records if again.id in r.getMessage()] == [True]
 
 
 def test_unserialisable_result_fails_the_attempt(env: JobEnv) -> None:
