@@ -268,7 +268,10 @@ def _encode_args(
     streams: list[str] = []
     index = 0
     for n, piece in enumerate(pieces):
-        args += ["-ss", f"{piece.local_start_s:.3f}", "-t", f"{piece.duration_s:.3f}", "-i", str(piece.segment.path)]
+        # Absolute: ffmpeg runs in the scratch directory, and a stored path may be relative to the worker's
+        # working directory (`make run` imports `var/recordings/...`).
+        source = str(piece.segment.path.absolute())
+        args += ["-ss", f"{piece.local_start_s:.3f}", "-t", f"{piece.duration_s:.3f}", "-i", source]
         video = index
         index += 1
         if piece.segment.has_audio:

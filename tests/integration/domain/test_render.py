@@ -142,6 +142,22 @@ def test_existing_output_is_never_overwritten(session: RecordingSession, tmp_pat
     assert [p.name for p in tmp_path.iterdir()] == ["1-clip.mp4"]
 
 
+def test_relative_segment_and_output_paths_render(
+    recording: DemoRecording, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a session imported from a path relative to the working directory, as `make run` does with
+    # `var/recordings/demo` and the default output root `var/outputs` (ffmpeg itself runs in a scratch directory)
+    monkeypatch.chdir(recording.folder.parent)
+    relative = import_recording(Path(recording.folder.name))
+    assert not relative.segments[0].path.is_absolute()
+
+    # When
+    result = render_clip(relative.segments, 1.0, 3.0, Path("outputs") / "1-clip.mp4", options=SMALL)
+
+    # Then: the clip is rendered from the segment the relative path names
+    assert probe(result.output)[0] == pytest.approx(2.0, abs=0.1)
+
+
 def test_ffmpeg_failure_leaves_no_partial_file(session: RecordingSession, tmp_path: Path) -> None:
     class Missing:
         path, offset_s, duration_s, has_audio = tmp_path / "gone.flv", 0.0, 5.0, True
