@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from flask import jsonify
-from flask_smorest import Blueprint
 
 from ..auth import require_identity
 from ..services import services
+from . import Blueprint
 from .schemas import HealthSchema
 
 blp = Blueprint("health", __name__, url_prefix="/api/health", description="Liveness and readiness")

@@ -6,7 +6,6 @@ from typing import Any
 
 from flask import current_app, jsonify, request, send_file
 from flask.views import MethodView
-from flask_smorest import Blueprint
 from werkzeug.datastructures import FileStorage
 
 from ..auth import api_guard, require_identity
@@ -16,6 +15,7 @@ from ..gateway import JobQuery
 from ..services import services
 from ..uploads import DEFAULT_UPLOAD_MAX_BYTES, PayloadTooLarge
 from ..uploads import store as store_upload
+from . import Blueprint
 from .schemas import (
     ID_MAX,
     BulkResultSchema,

@@ -5,11 +5,11 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from flask.views import MethodView
-from flask_smorest import Blueprint
 
 from .. import operations
 from ..auth import api_guard, require_admin
 from ..services import services
+from . import Blueprint
 from .schemas import (
     ID_MAX,
     ActivityBucketSchema,

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import marshmallow as ma
 from flask.views import MethodView
-from flask_smorest import Blueprint
 from marshmallow import fields, validate
 
 from .. import runtime_settings
 from ..auth import api_guard, require_admin
 from ..services import services
+from . import Blueprint
 from .schemas import WholeNumber
 
 blp = Blueprint("settings_api", __name__, url_prefix="/api/v1", description="Runtime settings (admin role)")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+import math
 import uuid
 from typing import Any
 
@@ -18,6 +18,7 @@ from wtforms import (
 )
 from wtforms.validators import DataRequired, InputRequired, Length, NumberRange, Optional, ValidationError
 
+from .. import strict_json
 from ..gateway import FieldSpec, KindInfo
 
 
@@ -45,7 +46,7 @@ def _field(spec: FieldSpec) -> Any:
     if spec.type == "integer":
         return IntegerField(label, validators=required, **kwargs)
     if spec.type == "number":
-        return FloatField(label, validators=required, **kwargs)
+        return FloatField(label, validators=[*required, Finite()], **kwargs)
     if spec.type == "boolean":
         return BooleanField(label, validators=[Optional()], **kwargs)
     if spec.type in ("text", "list", "object"):
@@ -64,16 +65,24 @@ def submit_form_for(kind: KindInfo, formdata: Any = None) -> SubmitBase:
     return form
 
 
+class Finite:
+    """A number, not ``nan`` or ``inf`` (which ``float()`` accepts and JSON cannot hold)."""
+
+    def __call__(self, form: Any, field: Any) -> None:
+        if field.data is not None and not math.isfinite(field.data):
+            raise ValidationError("Must be a finite number.")
+
+
 class JsonObject:
-    """The text is a JSON object."""
+    """The text is a JSON object (standard JSON: :func:`webapp.strict_json.loads`)."""
 
     def __call__(self, form: Any, field: Any) -> None:
         if not field.data:
             return
         try:
-            value = json.loads(field.data)
-        except ValueError:
-            raise ValidationError("Not valid JSON.") from None
+            value = strict_json.loads(field.data)
+        except strict_json.BadJson as exc:
+            raise ValidationError(f"Not valid JSON: {exc}.") from None
         if not isinstance(value, dict):
             raise ValidationError("Must be a JSON object ({...}).")
 
@@ -88,6 +97,6 @@ def payload_from(kind: KindInfo, form: SubmitBase) -> dict[str, Any]:
         if spec.type == "list":
             value = [line.strip() for line in str(value).splitlines() if line.strip()]
         elif spec.type == "object":
-            value = json.loads(value)
+            value = strict_json.loads(value)
         payload[spec.name] = value
     return payload
