@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from flask import current_app, request
+
 from jobs.uploads import uploads_dir
 
 from .errors import ApiError, Invalid
@@ -28,6 +30,10 @@ VIDEO = frozenset({".flv", ".mp4"})
 MAX_FILES = 64
 #: ``UPLOAD_MAX_BYTES`` when not configured (``TENURE_WEB_UPLOAD_MAX_BYTES``).
 DEFAULT_UPLOAD_MAX_BYTES = 512 * 1024 * 1024
+#: Room for the multipart envelope (boundaries, part headers, the submit form's fields) besides the files.
+MULTIPART_OVERHEAD = 1024 * 1024
+#: The job kind whose UI submit form also takes the recording's files (``/submit/import_recording``).
+UPLOAD_KIND = "import_recording"
 _MP4_BOXES = (b"ftyp", b"styp")
 
 
@@ -44,6 +50,31 @@ class Upload:
     id: str
     folder: Path
     files: tuple[Path, ...]
+
+
+def upload_max_bytes() -> int:
+    """``UPLOAD_MAX_BYTES`` of this app: the most an upload's files may hold in total."""
+    return int(current_app.config.get("UPLOAD_MAX_BYTES", DEFAULT_UPLOAD_MAX_BYTES))
+
+
+def _is_upload_request() -> bool:
+    if request.method != "POST":
+        return False
+    if request.endpoint == "jobs_api.Uploads":
+        return True
+    return request.endpoint == "ui.submit" and (request.view_args or {}).get("kind_name") == UPLOAD_KIND
+
+
+def allow_upload_bodies() -> None:
+    """``before_request`` of the app, ahead of anything that reads a form (CSRF): the requests that carry an
+    upload may be as large as ``UPLOAD_MAX_BYTES`` plus the envelope; every other body keeps
+    ``MAX_CONTENT_LENGTH`` (1 MiB). A declared length over that is refused before a byte is read."""
+    if not _is_upload_request():
+        return
+    limit = upload_max_bytes()
+    if request.content_length is not None and request.content_length > limit + MULTIPART_OVERHEAD:
+        raise PayloadTooLarge(f"The upload exceeds {limit} bytes.")
+    request.max_content_length = limit + MULTIPART_OVERHEAD
 
 
 def _plain_name(name: str) -> bool:

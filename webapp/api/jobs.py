@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import current_app, jsonify, request, send_file
+from flask import jsonify, send_file
 from flask.views import MethodView
 from werkzeug.datastructures import FileStorage
 
@@ -13,8 +13,8 @@ from ..bulk import bulk_apply
 from ..errors import Forbidden, JobNotFoundError
 from ..gateway import JobQuery
 from ..services import services
-from ..uploads import DEFAULT_UPLOAD_MAX_BYTES, PayloadTooLarge
 from ..uploads import store as store_upload
+from ..uploads import upload_max_bytes
 from . import Blueprint
 from .schemas import (
     ID_MAX,
@@ -199,12 +199,9 @@ class Uploads(MethodView):
 
         Every file is validated (name, extension, size, format signature) before anything is written.
         """
-        identity = require_identity()
-        limit = int(current_app.config.get("UPLOAD_MAX_BYTES", DEFAULT_UPLOAD_MAX_BYTES))
-        if request.content_length is not None and request.content_length > limit + 1024 * 1024:
-            raise PayloadTooLarge(f"The upload exceeds {limit} bytes.")
+        identity = require_identity()  # the body's size limit: uploads.allow_upload_bodies
         parts = [f for f in args.get("files") or [] if isinstance(f, FileStorage)]
-        upload = store_upload(services().output_root, identity.user.owner_id, parts, limit)
+        upload = store_upload(services().output_root, identity.user.owner_id, parts, upload_max_bytes())
         return {
             "upload_id": upload.id,
             "folder": str(upload.folder),

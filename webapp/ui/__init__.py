@@ -18,7 +18,7 @@ from ..bulk import bulk_apply
 from ..errors import ApiError, Conflict, Invalid, JobNotFoundError
 from ..gateway import STATUSES, JobQuery
 from ..services import services
-from ..uploads import DEFAULT_UPLOAD_MAX_BYTES, PayloadTooLarge
+from ..uploads import UPLOAD_KIND, PayloadTooLarge, upload_max_bytes
 from ..uploads import store as store_upload
 from .forms import EmptyForm, TokenForm, payload_from, submit_form_for
 
@@ -283,10 +283,6 @@ class UploadRejected(Exception):
         super().__init__(exc.message)
 
 
-#: The kind whose form also takes an upload of the recording's files.
-UPLOAD_KIND = "import_recording"
-
-
 @bp.route("/submit")
 def submit_index():
     return render_template("submit_index.html", kinds=services().jobs.kinds())
@@ -307,9 +303,10 @@ def submit(kind_name: str):
                 uploaded = [f for f in request.files.getlist("upload") if f and f.filename]
                 if kind.name == UPLOAD_KIND and uploaded:
                     # Validated as a whole before anything is written; the job imports the stored folder.
-                    limit = int(current_app.config.get("UPLOAD_MAX_BYTES", DEFAULT_UPLOAD_MAX_BYTES))
                     try:
-                        upload = store_upload(services().output_root, g.identity.user.owner_id, uploaded, limit)
+                        upload = store_upload(
+                            services().output_root, g.identity.user.owner_id, uploaded, upload_max_bytes()
+                        )
                     except (Invalid, PayloadTooLarge) as exc:
                         raise UploadRejected(exc) from None
                     payload = {k: v for k, v in payload.items() if k not in ("folder", "files")}

@@ -1,0 +1,105 @@
+"""An upload may be as large as ``UPLOAD_MAX_BYTES`` (512 MiB by default), every other body 1 MiB.
+
+Found by fuzzing a live deployment: the app-wide ``MAX_CONTENT_LENGTH`` (1 MiB) applied to uploads
+too, so a recording segment of 2 MiB got a 413 from the API and from the UI's submit form although
+the documented limit is 512 MiB. Against the real job layer on a migrated SQLite file (the fixtures
+of test_authorization_job_layer.py)."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+from sqlalchemy import text
+
+from .conftest import Person, _person, login
+from .test_authorization_job_layer import layer, real_app, real_client  # noqa: F401  (fixtures)
+
+MIB = 1024 * 1024
+
+
+def _flv(size: int) -> bytes:
+    return b"FLV\x01" + b"\0" * (size - 4)
+
+
+@pytest.fixture()
+def alice(layer: dict[str, Any]) -> Person:  # noqa: F811
+    registry = layer["gateway"].registry
+
+    @registry.kind("import_recording", broker=layer["broker"], safe_to_rerun=True)
+    def import_recording(ctx: Any, *, folder: str | None = None) -> str | None:
+        return folder
+
+    return _person(layer["engine"], "alice", "user")
+
+
+def _upload(client: FlaskClient, person: Person, files: list[tuple[str, bytes]]) -> Any:
+    data = {"files": [(io.BytesIO(body), name) for name, body in files]}
+    return client.post("/api/v1/uploads", data=data, headers=person.bearer, content_type="multipart/form-data")
+
+
+def _stored(tmp_path: Path) -> list[Path]:
+    return sorted(p for p in (tmp_path / "outputs").rglob("*") if p.is_file())
+
+
+def test_api_upload_larger_than_the_body_limit_is_stored(
+    real_client: FlaskClient,  # noqa: F811
+    alice: Person,
+    tmp_path: Path,
+) -> None:
+    r = _upload(real_client, alice, [("seg-1.flv", _flv(3 * MIB)), ("seg-2.flv", _flv(MIB))])
+    assert r.status_code == 201, (r.status_code, r.get_data()[:300])
+    assert [p.stat().st_size for p in sorted(Path(f) for f in r.json["files"])] == [3 * MIB, MIB]
+
+
+def test_api_upload_over_upload_max_bytes_is_413_and_nothing_is_written(
+    real_app: Flask,  # noqa: F811
+    real_client: FlaskClient,  # noqa: F811
+    alice: Person,
+    tmp_path: Path,
+) -> None:
+    real_app.config["UPLOAD_MAX_BYTES"] = 2 * MIB
+    r = _upload(real_client, alice, [("seg.flv", _flv(4 * MIB))])  # past the envelope's room: refused unread
+    assert r.status_code == 413 and r.json["error"] == {
+        "code": "payload_too_large",
+        "message": f"The upload exceeds {2 * MIB} bytes.",
+    }
+    r = _upload(real_client, alice, [("seg.flv", _flv(2 * MIB + 1))])  # within the envelope: the files count
+    assert r.status_code == 413 and r.json["error"]["code"] == "payload_too_large"
+    assert _stored(tmp_path) == []
+
+
+def test_other_bodies_keep_the_1_mib_limit(
+    real_client: FlaskClient,  # noqa: F811
+    alice: Person,
+    layer: dict[str, Any],  # noqa: F811
+) -> None:
+    body = {"kind": "import_recording", "payload": {"folder": "x" * (2 * MIB)}}
+    r = real_client.post("/api/v1/jobs", json=body, headers=alice.bearer)
+    assert r.status_code == 413 and r.json["error"]["code"] == "payload_too_large"
+    with layer["engine"].connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM jobs")).scalar_one() == 0
+
+
+def test_ui_submit_form_takes_an_upload_larger_than_the_body_limit(
+    real_client: FlaskClient,  # noqa: F811
+    alice: Person,
+    layer: dict[str, Any],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    token = login(real_client, alice)
+    r = real_client.post(
+        "/submit/import_recording",
+        data={"csrf_token": token, "upload": [(io.BytesIO(_flv(3 * MIB)), "seg.flv")]},
+        content_type="multipart/form-data",
+    )
+    assert r.status_code == 302, (r.status_code, r.get_data()[:300])
+    (stored,) = _stored(tmp_path)
+    assert stored.name == "seg.flv" and stored.stat().st_size == 3 * MIB
+    with layer["engine"].connect() as conn:
+        (payload,) = conn.execute(text("SELECT payload FROM jobs")).scalars()
+    assert str(stored.parent) in payload
