@@ -103,3 +103,20 @@ def test_ui_submit_form_takes_an_upload_larger_than_the_body_limit(
     with layer["engine"].connect() as conn:
         (payload,) = conn.execute(text("SELECT payload FROM jobs")).scalars()
     assert str(stored.parent) in payload
+
+
+def test_openapi_says_how_many_files_an_upload_takes(
+    real_client: FlaskClient,  # noqa: F811
+    alice: Person,
+) -> None:
+    # Fuzzing found schema-valid uploads rejected: ``files: []`` (an empty multipart body) fit the
+    # document but is a 422. The document now says 1 to MAX_FILES parts, as the upload checks.
+    from webapp.uploads import MAX_FILES
+
+    doc = real_client.get("/api/openapi.json", headers=alice.bearer).json
+    files = doc["components"]["schemas"]["UploadFiles"]["properties"]["files"]
+    assert (files["minItems"], files["maxItems"]) == (1, MAX_FILES)
+    empty = real_client.post("/api/v1/uploads", data={}, headers=alice.bearer, content_type="multipart/form-data")
+    assert empty.status_code == 422
+    too_many = _upload(real_client, alice, [(f"seg-{i}.flv", _flv(16)) for i in range(MAX_FILES + 1)])
+    assert too_many.status_code == 422 and too_many.json["error"]["details"]

@@ -10,6 +10,7 @@ import marshmallow as ma
 from marshmallow import fields, validate
 
 from ..gateway import STATUSES
+from ..uploads import MAX_FILES
 
 ID_MAX = 100
 #: Cursors are ``<created_at ms>.<job id>`` (opaque to clients, but documented so generators respect it).
@@ -297,7 +298,12 @@ class UploadFilesSchema(ma.Schema):
     files = fields.List(
         fields.Raw(metadata={"type": "string", "format": "binary"}),
         required=True,
-        metadata={"description": "the recording's segment (.flv/.mp4) and danmaku (.xml) files"},
+        validate=validate.Length(min=1, max=MAX_FILES),
+        metadata={
+            "description": "the recording's segment (.flv/.mp4) and danmaku (.xml) files, at least one segment; "
+            "each part is checked beyond this schema: a plain file name with one of those extensions and the "
+            "format's signature (FLV header, MP4 `ftyp` box, XML without DOCTYPE), else 422"
+        },
     )
 
 
