@@ -17,7 +17,6 @@ def bulk_apply(
     affected; otherwise what was (for retry, the NEW jobs' ids). A job that finished or vanished
     between the listing and the action counts as skipped.
     """
-    matched = gateway.count_jobs(scope, query)
     applies = (lambda j: j.can_cancel) if action == "cancel" else (lambda j: j.can_retry)
     candidates: list[Any] = []
     cursor = None
@@ -28,6 +27,9 @@ def bulk_apply(
         if cursor is None:
             break
     candidates = candidates[:limit]
+    # The count scans a bounded number of the newest jobs (MAX_COUNT_ROWS); the candidates may come from
+    # further back. Every candidate matches, so the count is at least their number (skipped never < 0).
+    matched = max(gateway.count_jobs(scope, query), len(candidates))
     if dry_run:
         ids = [j.id for j in candidates]
         return {
