@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from .errors import Conflict, JobNotFoundError
-from .gateway import JobQuery, JobsGateway
+from .gateway import RETRYABLE, JobQuery, JobsGateway, JobView
+
+#: The statuses each action can apply to (``JobView.can_cancel`` / ``can_retry``).
+ACTION_STATUSES = {"cancel": ("queued", "running"), "retry": tuple(sorted(RETRYABLE))}
 
 
 def bulk_apply(
@@ -17,16 +21,7 @@ def bulk_apply(
     affected; otherwise what was (for retry, the NEW jobs' ids). A job that finished or vanished
     between the listing and the action counts as skipped.
     """
-    applies = (lambda j: j.can_cancel) if action == "cancel" else (lambda j: j.can_retry)
-    candidates: list[Any] = []
-    cursor = None
-    while len(candidates) < limit:
-        page = gateway.list_jobs(scope, query, cursor=cursor, limit=min(200, limit))
-        candidates.extend(j for j in page.items if applies(j))
-        cursor = page.next_cursor
-        if cursor is None:
-            break
-    candidates = candidates[:limit]
+    candidates = _candidates(gateway, scope, query, action, limit)
     # The count scans a bounded number of the newest jobs (MAX_COUNT_ROWS); the candidates may come from
     # further back. Every candidate matches, so the count is at least their number (skipped never < 0).
     matched = max(gateway.count_jobs(scope, query), len(candidates))
@@ -55,3 +50,29 @@ def bulk_apply(
         "skipped": matched - len(changed),
         "job_ids": changed,
     }
+
+
+def _candidates(gateway: JobsGateway, scope: str | None, query: JobQuery, action: str, limit: int) -> list[JobView]:
+    """The newest *limit* jobs matching *query* that *action* applies to now.
+
+    Walked one status at a time, and only the statuses the action applies to: each walk is a status
+    filter in SQL and ends after *limit* jobs. Walking every match instead read the whole history when
+    few jobs qualified (a cancel with nothing queued took 20-65 s on 10 000-27 000 finished jobs).
+    """
+    applies = (lambda j: j.can_cancel) if action == "cancel" else (lambda j: j.can_retry)
+    found: list[JobView] = []
+    for status in ACTION_STATUSES[action]:
+        if query.statuses and status not in query.statuses:
+            continue
+        one_status = replace(query, statuses=(status,))
+        mine: list[JobView] = []
+        cursor = None
+        while len(mine) < limit:
+            page = gateway.list_jobs(scope, one_status, cursor=cursor, limit=min(200, limit))
+            mine.extend(j for j in page.items if applies(j))
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        found.extend(mine[:limit])
+    found.sort(key=lambda j: (j.created_at, j.id), reverse=True)  # newest first, like the list
+    return found[:limit]
