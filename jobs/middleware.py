@@ -778,6 +778,11 @@ def _run_and_record(mw: JobMiddleware, ctx: JobContext, kind: Kind) -> None:
         outcome = "timeout"
     if outcome == "ok":
         if ctx.completed:
+            # Completed in its own result_transaction: finish() is not called, so tell the observers here
+            # (tenure_jobs_finished_total{outcome="succeeded"} counts it).
+            started = getattr(ctx, "_started_monotonic", None)
+            duration = None if started is None else time.monotonic() - started
+            lifecycle("job.completed", ctx.job_id, kind.name, ctx.attempt, outcome="succeeded", duration_s=duration)
             return
         try:
             value = store.dumps(value)

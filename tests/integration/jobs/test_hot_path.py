@@ -148,6 +148,32 @@ def test_completed_jobs_are_counted_by_observers_without_info_lines(
     assert not any(line.startswith(("job.completed", "job.started")) for line in lines)
 
 
+def test_a_job_completed_in_its_result_transaction_is_counted_once(sqlite_env: JobEnv) -> None:
+    # Given a kind that completes in its own result_transaction (as import, transcribe and render do)
+    env = sqlite_env
+
+    def in_transaction(ctx: JobContext) -> None:
+        with ctx.result_transaction() as tx:
+            tx.complete({"n": 1})
+
+    env.declare("transactional", in_transaction)
+    seen: list[dict[str, Any]] = []
+    lifecycle_observers.append(seen.append)
+    try:
+        # When it runs
+        job = env.submit("transactional")
+        ctx = env.claim(job.id)
+        assert ctx is not None
+        run_job(env.mw, ctx)
+    finally:
+        lifecycle_observers.remove(seen.append)
+
+    # Then it succeeded and the observers were told once, with its outcome (what the metrics count)
+    assert env.row(job.id).status == "succeeded"
+    completed = [f for f in seen if f["event"] == "job.completed"]
+    assert [(f["kind"], f["outcome"]) for f in completed] == [("transactional", "succeeded")]
+
+
 # -- completion committed with the message's ack (SQLite broker on the job file) ----------------------
 def _deferred(env: JobEnv, fn: Any = None, *, declare: bool = True) -> tuple[str, JobContext]:
     if declare:
