@@ -44,3 +44,12 @@ def child_exit(server, worker):  # type: ignore[no-untyped-def]
         except ImportError:
             return
         mark_dead(worker.pid)
+
+
+def post_fork(server, worker):  # type: ignore[no-untyped-def]
+    """Count this web worker in ``tenure_web_workers`` (a live gauge: child_exit drops it again)."""
+    try:
+        from monitoring import metrics
+    except ImportError:
+        return
+    metrics.WEB_WORKERS.inc()
