@@ -290,6 +290,13 @@ def _add_demo_parser(sub: argparse._SubParsersAction) -> None:
         "--truncate", type=int, default=None, metavar="N", help="cut segment N as a crashed recorder would"
     )
     make.add_argument("--malformed-xml", type=int, default=None, metavar="N", help="cut segment N's danmaku XML")
+    make.add_argument(
+        "--room",
+        type=int,
+        default=23058,
+        help="live room id (default 23058); a session is one room and start time, so give another room to "
+        "import a second demo recording as a new session rather than an update of the first",
+    )
 
 
 def _demo_command(args: argparse.Namespace) -> int:
@@ -307,6 +314,7 @@ def _demo_command(args: argparse.Namespace) -> int:
             seconds=args.seconds,
             truncate_segment=args.truncate,
             malformed_xml=args.malformed_xml,
+            room_id=args.room,
         )
     except (FfmpegError, FfmpegNotFound) as exc:
         print(f"tenure: {exc}", file=sys.stderr)

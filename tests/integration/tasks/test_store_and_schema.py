@@ -115,3 +115,13 @@ def test_cli_make_recording(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert main(["demo", "make-recording", str(tmp_path / "rec"), "--segments", "2", "--seconds", "1.5"]) == 0
     assert len(list((tmp_path / "rec").glob("*.flv"))) == 2 and len(list((tmp_path / "rec").glob("*.xml"))) == 2
     assert "recording of room" in capsys.readouterr().out
+
+
+def test_cli_make_recording_of_another_room(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # A second demo recording of another room imports as its own session (a session is room + start time)
+    assert (
+        main(["demo", "make-recording", str(tmp_path / "rec"), "--segments", "1", "--seconds", "1", "--room", "4242"])
+        == 0
+    )
+    assert "recording of room 4242" in capsys.readouterr().out
+    assert import_recording(tmp_path / "rec").room_id == 4242
