@@ -275,6 +275,13 @@ def _add_users_parser(sub: argparse._SubParsersAction) -> None:
         "--password-stdin", action="store_true", help="read the password from stdin instead of generating one"
     )
     users_sub.add_parser("ensure-admin", help="create user 'admin' with a random password if no admin exists")
+    reset = users_sub.add_parser(
+        "set-password", help="give a user a new password (e.g. a lost admin password); prints a generated one once"
+    )
+    reset.add_argument("name")
+    reset.add_argument(
+        "--password-stdin", action="store_true", help="read the password from stdin instead of generating one"
+    )
 
 
 def _add_demo_parser(sub: argparse._SubParsersAction) -> None:
@@ -350,6 +357,8 @@ def _users_command(args: argparse.Namespace, database_url: str) -> int:
             print("Log in at the web app's /login page; this password is shown only once.")
             return 0
         password = sys.stdin.readline().rstrip("\n") if args.password_stdin else None
+        if args.users_command == "set-password":
+            return _set_password(engine, args.name, password)
         try:
             user, password = accounts.create_user(engine, args.name, password, role="admin" if args.admin else "user")
         except (accounts.AccountError, ValueError) as exc:
@@ -361,6 +370,26 @@ def _users_command(args: argparse.Namespace, database_url: str) -> int:
         return 0
     finally:
         engine.dispose()
+
+
+def _set_password(engine: Any, name: str, password: str | None) -> int:
+    """``tenure users set-password NAME``: the typed password, or a generated one printed once."""
+    from jobs import accounts
+
+    user = accounts.get_user_by_name(engine, name)
+    if user is None:
+        print(f"tenure: no user named {name!r}", file=sys.stderr)
+        return 1
+    new = accounts.generate_password() if password is None else password
+    try:
+        accounts.set_password(engine, user.id, new)
+    except (accounts.AccountError, ValueError) as exc:
+        print(f"tenure: {exc}", file=sys.stderr)
+        return 1
+    print(f"password of {user.role} {user.username!r} changed")
+    if password is None:
+        print(f"password (shown once): {new}")
+    return 0
 
 
 if __name__ == "__main__":

@@ -91,6 +91,30 @@ def test_cli_users(engine: Engine, monkeypatch: pytest.MonkeyPatch, capsys: pyte
     assert tenure_cli.main(["users", "create", "heidi", "--password-stdin"]) == 1
 
 
+def test_cli_set_password(engine: Engine, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # Given an admin whose password was lost
+    monkeypatch.setenv("TENURE_DATABASE_URL", str(engine.url))
+    created = accounts.ensure_admin(engine)
+    assert created is not None
+    old = created[1]
+
+    # When the operator sets a new one (generated, printed once), then a typed one
+    assert tenure_cli.main(["users", "set-password", "admin"]) == 0
+    generated = capsys.readouterr().out.split("password (shown once): ")[1].strip()
+    assert accounts.authenticate(engine, "admin", generated) is not None
+    assert accounts.authenticate(engine, "admin", old) is None
+    monkeypatch.setattr("sys.stdin", io.StringIO("another long password\n"))
+    assert tenure_cli.main(["users", "set-password", "admin", "--password-stdin"]) == 0
+    assert "another long password" not in capsys.readouterr().out
+
+    # Then only the latest works; an unknown user or a short password changes nothing
+    assert accounts.authenticate(engine, "admin", "another long password") is not None
+    assert tenure_cli.main(["users", "set-password", "nobody"]) == 1
+    monkeypatch.setattr("sys.stdin", io.StringIO("short\n"))
+    assert tenure_cli.main(["users", "set-password", "admin", "--password-stdin"]) == 1
+    assert accounts.authenticate(engine, "admin", "another long password") is not None
+
+
 def test_migration_0002_creates_the_accounts_tables(tmp_path: Path) -> None:
     """Replaying the migrations up to 0002 gives the accounts tables exactly as the models declare them."""
     from alembic import command
