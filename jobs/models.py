@@ -106,6 +106,17 @@ class Job(Base):
         Index("ix_jobs_resource", "resource_type", "resource_id"),
         Index("ix_jobs_parent", "parent_job_id"),
         Index("ix_jobs_retry_of", "retry_of_job_id"),
+        # Every owner's jobs newest first (admin lists, bulk counts; revision 0008): all statuses, or one
+        # terminal status (partial: a job enters it once, when it finishes; claims never touch it).
+        Index("ix_jobs_created", "created_at", "id"),
+        Index(
+            "ix_jobs_finished_created",
+            "status",
+            "created_at",
+            "id",
+            sqlite_where=text("completed_at IS NOT NULL"),
+            postgresql_where=text("completed_at IS NOT NULL"),
+        ),
         # Retention's candidates (revision 0007). Partial: only finished jobs are in it, so claims
         # and other transitions of live jobs never touch it; a job enters it once, when it finishes.
         Index(
