@@ -80,6 +80,10 @@ def main(argv: list[str] | None = None) -> int:
 
         from jobs.outbox import relay_forever
 
+        # Its start line and errors on stderr, as the other Procfile processes log theirs.
+        logging.basicConfig(
+            level=logging.INFO, format="[%(asctime)s] [PID %(process)d] [%(name)s] [%(levelname)s] %(message)s"
+        )
         if args.app:
             importlib.import_module(args.app)
         try:

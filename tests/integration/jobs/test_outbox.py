@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import jobs
@@ -63,3 +68,28 @@ def test_relay_to_redis(env: JobEnv) -> None:
     consumer.ack(message)
     consumer.close()
     assert env.sql("SELECT count(*) FROM outbox WHERE published_at IS NULL")[0][0] == 0
+
+
+def test_tenure_relay_says_it_started(tmp_path: Path) -> None:
+    # Given a migrated database and `tenure relay` (Procfile.fleet's relay process)
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    schema.upgrade(url)
+    env = {**os.environ, "TENURE_DATABASE_URL": url}
+    log = tmp_path / "relay.log"
+    with log.open("w") as stderr:
+        relay = subprocess.Popen(
+            [sys.executable, "-m", "tenure_cli", "relay"],
+            env=env,
+            cwd=Path(__file__).resolve().parents[3],
+            stderr=stderr,
+        )
+    try:
+        # When it starts, then its start line is on stderr (an operator sees it is alive)
+        deadline = time.monotonic() + 30
+        while "Outbox relay started." not in log.read_text() and time.monotonic() < deadline:
+            assert relay.poll() is None, f"the relay exited: {log.read_text()}"
+            time.sleep(0.1)
+        assert "Outbox relay started." in log.read_text()
+    finally:
+        relay.send_signal(signal.SIGTERM)
+        relay.wait(timeout=20)
