@@ -12,4 +12,3 @@ logger = logging.getLogger(__name__)
 @dramatiq.actor(queue_name="default", max_retries=3)
 def hello(n: int) -> None:
     logger.info("hello #%d", n)
-
