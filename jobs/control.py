@@ -19,7 +19,7 @@ from .registry import Registry
 from .registry import registry as default_registry
 from .settings import Settings
 from .status import RETRYABLE_STATUSES, JobStatus
-from .submit import submit
+from .submit import retry_key, submit
 
 
 class CancelOutcome(StrEnum):
@@ -129,6 +129,11 @@ def retry(
     the old attempt is fenced). The new job has the same kind, payload, resource and priority, the
     old job's owner, and a fresh config snapshot.
 
+    A job is retried once: asking again (a double click, two operators, a bulk retry over jobs
+    already retried) returns the retry made the first time, with ``created`` False, even when the
+    requests race (the retry is submitted with an idempotency key of the old job's id). To run it
+    once more, retry the newest job of the chain.
+
     Raises:
       JobNotFound: No such job, or another owner's.
       JobNotRetryable: The job is queued, running or succeeded.
@@ -156,6 +161,7 @@ def retry(
         kind=job.kind,
         payload=json.loads(job.payload),
         resource=resource,  # type: ignore[arg-type]
+        idempotency_key=retry_key(job.id),
         priority=job.priority,
         max_attempts=job.max_attempts,
         timeout_s=job.timeout_s,

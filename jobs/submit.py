@@ -25,6 +25,11 @@ from .store import JobRow
 MAX_KEY_CHARS = 200
 
 
+def retry_key(job_id: str) -> str:
+    """The idempotency key a retry of *job_id* is submitted with (scoped, like any key, by owner and kind)."""
+    return f"tenure:retry-of:{job_id}"
+
+
 def request_digest(kind: str, payload: Mapping[str, Any], resource: tuple[str, str] | None) -> str:
     """SHA-256 of the canonical request: what "the same request" means for an idempotency key."""
     doc = {"kind": kind, "payload": payload, "resource": list(resource) if resource else None}

@@ -44,7 +44,7 @@ from .registry import Kind, Registry
 from .registry import registry as default_registry
 from .settings import Settings, current_settings
 from .status import JobStatus
-from .submit import _submit_in, new_job_row, request_digest
+from .submit import _submit_in, new_job_row, request_digest, retry_key
 
 #: Config key naming a step inside its workflow.
 STEP_KEY = "workflow_step"
@@ -599,6 +599,7 @@ def retry_workflow(
         resource=resource,  # type: ignore[arg-type]
         registry=registry,
         settings=settings,
+        idempotency_key=retry_key(parent.id),  # retried once, as a single job (jobs.control.retry)
         retry_of_job_id=parent.id,
         reused=reused,
         request=payload.get("request"),

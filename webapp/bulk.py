@@ -40,7 +40,9 @@ def bulk_apply(
             if action == "cancel":
                 changed.append(gateway.cancel(scope, job.id, by=by)[0].id)
             else:
-                changed.append(gateway.retry(scope, job.id, by=by).id)
+                new, created = gateway.retry(scope, job.id, by=by)
+                if created:  # a job retried before answers its earlier retry: not retried again
+                    changed.append(new.id)
         except (Conflict, JobNotFoundError):
             continue
     return {

@@ -185,8 +185,9 @@ class JobsGateway(Protocol):
         *by* is the acting user's owner id (recorded in the job's events)."""
         ...
 
-    def retry(self, scope: str | None, job_id: str, *, by: str | None = None) -> JobView:
-        """The NEW job. Conflict when the job's status does not allow a retry."""
+    def retry(self, scope: str | None, job_id: str, *, by: str | None = None) -> tuple[JobView, bool]:
+        """(the NEW job, created). A job is retried once: asking again returns that retry with created
+        False. Conflict when the job's status does not allow a retry."""
         ...
 
     def notices(self, scope: str | None, *, after: int, limit: int) -> tuple[list[Notice], int]:

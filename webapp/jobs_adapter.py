@@ -232,7 +232,7 @@ class JobLayerGateway:
         except joblayer.UnknownKind as exc:
             raise Conflict(f"This job's kind is no longer registered: {exc}") from None
         self.detector.nudge()
-        return self._view(record)
+        return self._view(record), bool(record.created)
 
     # -- lists ---------------------------------------------------------------------------------
     def _scan(self, scope: str | None, q: JobQuery, cursor: str | None, max_rows: int) -> Iterator[tuple[Any, bool]]:

@@ -180,6 +180,10 @@ class FakeJobs:
             payload = self.payloads[job_id]
         if not job.can_retry:
             raise Conflict("Only failed, cancelled or interrupted jobs can be retried.")
+        with self._lock:
+            earlier = next((j for j in self.jobs.values() if j.retry_of_job_id == job.id), None)
+        if earlier is not None:  # retried once, as the job layer does
+            return earlier, False
         new, _ = self.submit(
             owner_id=job.owner_id,
             kind=job.kind,
@@ -191,7 +195,7 @@ class FakeJobs:
         with self._lock:
             new = replace(new, retry_of_job_id=job.id)
             self.jobs[new.id] = new
-        return new
+        return new, True
 
     def head(self) -> int:
         with self._lock:

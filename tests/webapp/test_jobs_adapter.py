@@ -116,8 +116,9 @@ def test_scoping_cancel_retry_events(gateway) -> None:  # type: ignore[no-untype
     assert outcome == "cancelled" and cancelled.status == "cancelled" and cancelled.can_retry
     with pytest.raises(Conflict):
         gateway.cancel("1", job.id, by="1")
-    new = gateway.retry("1", job.id, by="1")
-    assert new.retry_of_job_id == job.id and new.status == "queued"
+    new, created = gateway.retry("1", job.id, by="1")
+    assert created and new.retry_of_job_id == job.id and new.status == "queued"
+    assert gateway.retry("1", job.id, by="1") == (new, False)  # retried once: the same retry again
     with pytest.raises(Conflict):
         gateway.retry("1", new.id, by="1")
     assert [e.data["status"] for e in gateway.events("1", job.id, after=0, limit=10)] == ["queued", "cancelled"]

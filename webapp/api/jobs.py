@@ -125,11 +125,18 @@ class JobCancel(MethodView):
 @blp.route("/jobs/<job_id>/retry")
 class JobRetry(MethodView):
     @blp.response(201, JobSchema, description="the new job")
+    @blp.alt_response(200, schema=JobSchema, description="the job was retried before: that retry, unchanged")
     @blp.alt_response(409, schema=None, description="the job's status does not allow a retry")
     def post(self, job_id: str):
-        """Retry a failed, cancelled or interrupted job as a NEW job (``retry_of_job_id`` set)."""
+        """Retry a failed, cancelled or interrupted job as a NEW job (``retry_of_job_id`` set).
+
+        A job is retried once: asking again returns the retry made the first time (200)."""
         identity = require_identity()
-        return services().jobs.retry(identity.scope, _job_id(job_id), by=identity.user.owner_id)
+        job, created = services().jobs.retry(identity.scope, _job_id(job_id), by=identity.user.owner_id)
+        response = jsonify(JobSchema().dump(job))
+        response.status_code = 201 if created else 200
+        response.headers["Location"] = f"/api/v1/jobs/{job.id}"
+        return response
 
 
 @blp.route("/jobs/<job_id>/events")

@@ -217,10 +217,10 @@ def cancel(job_id: str):
 @bp.route("/jobs/<job_id>/retry", methods=["POST"])
 def retry(job_id: str):
     try:
-        new = services().jobs.retry(g.identity.scope, job_id, by=g.identity.user.owner_id)
+        new, created = services().jobs.retry(g.identity.scope, job_id, by=g.identity.user.owner_id)
     except Conflict as exc:
         return _after_action(job_id, exc.message, "error")
-    flash(f"Retrying as job {new.id}.", "info")
+    flash(f"Retrying as job {new.id}." if created else f"Already retried as job {new.id}.", "info")
     return redirect(url_for("ui.job", job_id=new.id))
 
 
@@ -236,13 +236,18 @@ def bulk():
         try:
             if action == "cancel":
                 services().jobs.cancel(g.identity.scope, job_id, by=g.identity.user.owner_id)
-            else:
-                services().jobs.retry(g.identity.scope, job_id, by=g.identity.user.owner_id)
+            elif not services().jobs.retry(g.identity.scope, job_id, by=g.identity.user.owner_id)[1]:
+                skipped += 1  # retried before: its earlier retry was answered, nothing new started
+                continue
             done += 1
         except (Conflict, JobNotFoundError):
             skipped += 1
     verb = "Cancelled" if action == "cancel" else "Retried"
-    flash(f"{verb} {done} job(s)" + (f"; {skipped} skipped (not allowed in their status)." if skipped else "."), "info")
+    flash(
+        f"{verb} {done} job(s)"
+        + (f"; {skipped} skipped (not allowed in their status, or retried before)." if skipped else "."),
+        "info",
+    )
     return redirect(
         request.form.get("back") if (request.form.get("back") or "").startswith("/jobs") else url_for("ui.jobs")
     )

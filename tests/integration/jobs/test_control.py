@@ -83,6 +83,39 @@ def test_retry_creates_a_new_job_linked_to_the_old(env: JobEnv) -> None:
     assert env.row(job.id).status == "failed"
 
 
+def test_a_job_is_retried_once_even_when_asked_again_at_the_same_time(env: JobEnv) -> None:
+    # Given a cancelled job
+    env.declare("noop", lambda ctx: None)
+    job = env.submit("noop")
+    jobs.cancel(env.engine, job.id, by="u1")
+
+    # When eight threads retry it at once (a double click, two operators, overlapping bulk retries)
+    barrier = threading.Barrier(8)
+    answers: list[jobs.JobRecord] = []
+
+    def retry() -> None:
+        barrier.wait()
+        answers.append(jobs.retry(env.engine, job.id, by="u1", registry=env.registry, settings=env.settings))
+
+    threads = [threading.Thread(target=retry) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+
+    # Then one new job exists, every answer is that job, and only one answer created it
+    assert len(answers) == 8 and len({a.id for a in answers}) == 1
+    assert sum(1 for a in answers if a.created) == 1
+    assert env.sql("SELECT count(*) FROM jobs WHERE retry_of_job_id = :j", j=job.id)[0][0] == 1
+    # and asking later still answers that retry, not a new one
+    again = jobs.retry(env.engine, job.id, by="u1", registry=env.registry, settings=env.settings)
+    assert again.id == answers[0].id and not again.created
+    # while the retry itself, once finished, can be retried (the chain goes on from its newest job)
+    jobs.cancel(env.engine, again.id, by="u1")
+    third = jobs.retry(env.engine, again.id, by="u1", registry=env.registry, settings=env.settings)
+    assert third.created and third.retry_of_job_id == again.id
+
+
 @pytest.mark.parametrize("state", ["queued", "running", "succeeded"])
 def test_retry_refused_unless_finished_unsuccessfully(env: JobEnv, state: str) -> None:
     env.declare("noop", lambda ctx: None)

@@ -116,7 +116,11 @@ def test_fail_fast_then_retry_from_failed_steps(env: JobEnv) -> None:
     # retry: a new parent re-runs b, c, d and reuses a
     (env.tmp_path / "fail").unlink()
     again = jobs.retry(env.engine, parent.id, by="u1", registry=env.registry, settings=env.settings)
-    assert again.retry_of_job_id == parent.id and again.status == "running"
+    assert again.retry_of_job_id == parent.id and again.status == "running" and again.created
+    # asking again answers the same new parent: no second copy of the steps
+    twice = jobs.retry(env.engine, parent.id, by="u1", registry=env.registry, settings=env.settings)
+    assert twice.id == again.id and not twice.created
+    assert env.sql("SELECT count(*) FROM jobs WHERE retry_of_job_id = :p", p=parent.id)[0][0] == 1
     new_steps = _steps(env, again.id)
     assert sorted(new_steps) == ["b", "c", "d"]
     assert [_messages_for(env, new_steps[n].id) for n in "bcd"] == [1, 1, 0]
