@@ -41,6 +41,15 @@ def test_bulk_selected_and_detail_actions(client, alice, fake_jobs):  # type: ig
     assert retried.status_code == 302 and retried.headers["Location"] != f"/jobs/{jobs[0].id}"
 
 
+def test_event_data_reads_as_text_not_python_reprs(client, alice, fake_jobs):  # type: ignore[no-untyped-def]
+    job = _job(fake_jobs, alice)
+    fake_jobs._event(job.id, "steps_added", steps=["transcribe-0", "render <b>"], sizes={"a": 1})
+    login(client, alice)
+    page = client.get(f"/jobs/{job.id}").get_data(as_text=True)
+    assert "steps=transcribe-0 render &lt;b&gt;" in page and "sizes=a: 1" in page
+    assert "[&#39;" not in page and "{&#39;" not in page
+
+
 def test_submit_form_validation_and_idempotent_resubmit(client, alice, fake_jobs):  # type: ignore[no-untyped-def]
     token = login(client, alice)
     r = client.post("/submit/echo", data={"csrf_token": token, "idempotency_key": "k", "p_times": "abc"})
