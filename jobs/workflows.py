@@ -246,6 +246,9 @@ def submit_workflow(
             now=now,
             delay=delay,
         )
+        if reused:  # a retry starts where its workflow got to: the reused steps are done
+            fraction = round(len(reused) / (len(reused) + len(order)), 4)
+            store.job_workflow_progress(tx.conn, parent_row["id"], fraction, now)
 
     if isinstance(target, Session):
         return _submit_in(db.session_tx(target), parent, None, 0, after_insert=add_steps)
@@ -440,16 +443,18 @@ def extend_workflow(
     return Extension(parent.id, ids)
 
 
-def _aggregate_progress(children: Sequence[store.JobRow]) -> float:
-    """The mean of the steps' progress, a finished step counting 1."""
-    if not children:
+def _aggregate_progress(children: Sequence[store.JobRow], reused: int = 0) -> float:
+    """The mean of the steps' progress, a finished step counting 1, and so does each of the *reused*
+    steps a retry took over from the workflow it retries (they are part of this run, done already)."""
+    if not children and not reused:
         return 0.0
     total = sum(1.0 if JobStatus(c.status).terminal else min(1.0, max(0.0, c.progress or 0.0)) for c in children)
-    return round(total / len(children), 4)
+    return round((total + reused) / (len(children) + reused), 4)
 
 
 def _update_progress(tx: db.Tx, parent: store.JobRow, children: Sequence[store.JobRow], now: int) -> None:
-    store.job_workflow_progress(tx.conn, parent.id, _aggregate_progress(children), now)
+    reused = len(json.loads(parent.config).get(REUSED_KEY, {}))
+    store.job_workflow_progress(tx.conn, parent.id, _aggregate_progress(children, reused), now)
     tx.notify(Notice(parent.id, parent.owner_id, "progress", "running", parent.event_seq))
 
 

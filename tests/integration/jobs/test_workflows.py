@@ -124,7 +124,11 @@ def test_fail_fast_then_retry_from_failed_steps(env: JobEnv) -> None:
     new_steps = _steps(env, again.id)
     assert sorted(new_steps) == ["b", "c", "d"]
     assert [_messages_for(env, new_steps[n].id) for n in "bcd"] == [1, 1, 0]
-    for n in "bcd":
+    # its progress counts the reused step a as done: 1 of 4 at once, 2 of 4 after b
+    assert jobs.get_job(env.engine, again.id, owner_id="u1").progress == 0.25
+    _run_step(env, new_steps["b"].id)
+    assert jobs.get_job(env.engine, again.id, owner_id="u1").progress == 0.5
+    for n in "cd":
         _run_step(env, new_steps[n].id)
     done = jobs.get_job(env.engine, again.id, owner_id="u1")
     assert done.status == "succeeded"
