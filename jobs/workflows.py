@@ -21,7 +21,7 @@
   the API, the UI and Python submit one the same way (``submit_workflow_kind``).
 - The parent's payload describes every step (``{"steps": [{"name", "kind", "payload", "after",
   "config"}]}``, extensions appended), which is what a retry re-runs from; its progress is the mean of
-  its steps' (a finished step counts 1).
+  its steps' (a finished step counts 1, and so does each step a retry reuses).
 """
 
 from __future__ import annotations
