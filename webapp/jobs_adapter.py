@@ -231,6 +231,9 @@ class JobLayerGateway:
             raise Conflict(str(exc)) from None
         except joblayer.UnknownKind as exc:
             raise Conflict(f"This job's kind is no longer registered: {exc}") from None
+        except joblayer.IdempotencyConflict:
+            # The owner submitted a different request under the key a retry of this job uses.
+            raise Conflict("This job's retry key was used by another request of yours; submit it anew.") from None
         self.detector.nudge()
         return self._view(record), bool(record.created)
 

@@ -52,3 +52,17 @@ def test_bulk_retry_skips_jobs_retried_before(
     second = real_client.post("/api/v1/jobs/bulk/retry", json=body, headers=alice.bearer).json
     assert second["affected"] == 0 and second["skipped"] == 3 and second["job_ids"] == []
     assert [_retries_of(layer, j) for j in jobs] == [1, 1, 1]
+
+
+def test_a_retry_key_taken_by_the_owner_is_a_409_not_a_500(
+    real_client: FlaskClient,  # noqa: F811
+    layer: dict[str, Any],  # noqa: F811
+) -> None:
+    alice = _person(layer["engine"], "alice", "user")
+    job = _cancelled_job(real_client, alice, "original")
+    other = {"kind": "echo", "payload": {"text": "something else"}}
+    headers = {**alice.bearer, "Idempotency-Key": f"tenure:retry-of:{job}"}
+    assert real_client.post("/api/v1/jobs", json=other, headers=headers).status_code == 201
+    r = real_client.post(f"/api/v1/jobs/{job}/retry", headers=alice.bearer)
+    assert r.status_code == 409 and "retry key" in r.json["error"]["message"], r.json
+    assert _retries_of(layer, job) == 0
