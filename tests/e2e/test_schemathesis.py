@@ -46,6 +46,9 @@ def test_openapi_fuzz(deployment: Deployment) -> None:
     assert len(calls) >= 500, len(calls)
 
 
+#: Headers that frame the HTTP message itself; gunicorn parses them before any application code runs.
+FRAMING_HEADERS = frozenset({"content-length", "transfer-encoding"})
+
 #: Operations whose input is checked beyond what OpenAPI can say, and the one check that cannot apply.
 #: An upload's files must carry an FLV/MP4/XML signature (a corrupt file is rejected before anything is
 #: written); OpenAPI only says "binary", so schemathesis' random bytes are schema-valid yet rightly
@@ -66,8 +69,11 @@ def _fuzz(operation, mode, auth: dict[str, str], calls: list[str]) -> None:  # t
     @given(case=operation.as_strategy(generation_mode=mode))
     @settings(max_examples=MAX_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), database=None)
     def run(case) -> None:  # type: ignore[no-untyped-def]
-        # gunicorn itself answers request lines over 8190 bytes (HTML 414) before the app sees them.
+        # gunicorn itself answers request lines over 8190 bytes (HTML 414) before the app sees them,
+        # and so it does malformed message framing (a generated "Content-Length: T" is an HTML 400,
+        # an unknown Transfer-Encoding a 501): HTTP's own layer, not the API the document describes.
         assume(len(case.formatted_path) + len(urlencode(case.query or {}, doseq=True)) < 7_000)
+        assume(not FRAMING_HEADERS.intersection(name.lower() for name in (case.headers or {})))
         calls.append(operation.label)
         case.call_and_validate(headers=auth, timeout=10, excluded_checks=_excluded_checks(operation.label))
 
