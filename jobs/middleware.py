@@ -120,6 +120,12 @@ def lifecycle(
         )
 
 
+def _elapsed(ctx: JobContext) -> float | None:
+    """Seconds since *ctx*'s claim (None for a context not made by a claim)."""
+    started = getattr(ctx, "_started_monotonic", None)
+    return None if started is None else time.monotonic() - started
+
+
 def current_job() -> JobContext | None:
     """The JobContext of the job running in this thread, if any."""
     return getattr(_local, "ctx", None)
@@ -399,10 +405,8 @@ class JobMiddleware(Middleware):
             _retrying(f"Recording the outcome of job {ctx.job_id}", lambda: self._finish(ctx, kind, outcome, value))
             status = getattr(ctx, "_final_status", None)
             if status is not None:
-                started = getattr(ctx, "_started_monotonic", None)
-                duration = None if started is None else time.monotonic() - started
                 event = {"succeeded": "job.completed", "retrying": "job.retrying"}.get(status, f"job.{status}")
-                lifecycle(event, ctx.job_id, kind.name, ctx.attempt, outcome=status, duration_s=duration)
+                lifecycle(event, ctx.job_id, kind.name, ctx.attempt, outcome=status, duration_s=_elapsed(ctx))
         except StaleAttempt:
             lifecycle("job.stale_write", ctx.job_id, kind.name, ctx.attempt, outcome="stale")
         except Exception:
@@ -669,10 +673,8 @@ class _Completion:
                 lifecycle("job.stale_write", ctx.job_id, ctx.kind, ctx.attempt, outcome="stale")
                 return
             ctx.completed = final == "succeeded"
-            started = getattr(ctx, "_started_monotonic", None)
-            duration = None if started is None else time.monotonic() - started
             event = "job.completed" if final == "succeeded" else "job.cancelled"
-            lifecycle(event, ctx.job_id, ctx.kind, ctx.attempt, outcome=final, duration_s=duration)
+            lifecycle(event, ctx.job_id, ctx.kind, ctx.attempt, outcome=final, duration_s=_elapsed(ctx))
 
         return after
 
@@ -780,9 +782,9 @@ def _run_and_record(mw: JobMiddleware, ctx: JobContext, kind: Kind) -> None:
         if ctx.completed:
             # Completed in its own result_transaction: finish() is not called, so tell the observers here
             # (tenure_jobs_finished_total{outcome="succeeded"} counts it).
-            started = getattr(ctx, "_started_monotonic", None)
-            duration = None if started is None else time.monotonic() - started
-            lifecycle("job.completed", ctx.job_id, kind.name, ctx.attempt, outcome="succeeded", duration_s=duration)
+            lifecycle(
+                "job.completed", ctx.job_id, kind.name, ctx.attempt, outcome="succeeded", duration_s=_elapsed(ctx)
+            )
             return
         try:
             value = store.dumps(value)

@@ -97,10 +97,15 @@ class Jobs(MethodView):
             priority=body["priority"],
             delay_s=body["delay_s"],
         )
-        response = jsonify(JobSchema().dump(job))
-        response.status_code = 201 if created else 200
-        response.headers["Location"] = f"/api/v1/jobs/{job.id}"
-        return response
+        return _job_answer(job, created)
+
+
+def _job_answer(job: Any, created: bool) -> Any:
+    """A job that may or may not be new: 201 when this request made it, 200 when an earlier one did."""
+    response = jsonify(JobSchema().dump(job))
+    response.status_code = 201 if created else 200
+    response.headers["Location"] = f"/api/v1/jobs/{job.id}"
+    return response
 
 
 @blp.route("/jobs/<job_id>")
@@ -133,10 +138,7 @@ class JobRetry(MethodView):
         A job is retried once: asking again returns the retry made the first time (200)."""
         identity = require_identity()
         job, created = services().jobs.retry(identity.scope, _job_id(job_id), by=identity.user.owner_id)
-        response = jsonify(JobSchema().dump(job))
-        response.status_code = 201 if created else 200
-        response.headers["Location"] = f"/api/v1/jobs/{job.id}"
-        return response
+        return _job_answer(job, created)
 
 
 @blp.route("/jobs/<job_id>/events")
