@@ -6,7 +6,7 @@ Run from the repository root::
 
 Set-up, all fresh and on 127.0.0.1: a temporary directory; a SQLite file there migrated to the head revision
 (:func:`jobs.schema.upgrade`, what ``tenure db upgrade`` does); an admin account and an API token created with
-:mod:`jobs.accounts` (what ``tenure users create NAME --admin --password-stdin`` and the UI's Tokens page do);
+:mod:`accounts` (what ``tenure users create NAME --admin --password-stdin`` and the UI's Tokens page do);
 gunicorn started exactly as the Procfile's ``web`` process (``gunicorn -c gunicorn.conf.py 'webapp:create_app()'``:
 gthread, 2 workers × 32 threads unless ``TENURE_WEB_*`` says otherwise) with ``PORT`` a free port,
 ``PROMETHEUS_MULTIPROC_DIR`` a fresh empty directory and ``TENURE_DATABASE_URL`` the new file. A few jobs are
@@ -110,7 +110,8 @@ def _is_gunicorn(pid: int) -> bool:
 
 def prepare(workdir: Path) -> tuple[str, str, str]:
     """Migrate a fresh database; create the admin and a token. Returns (url, password, token)."""
-    from jobs import accounts, schema  # noqa: PLC0415
+    import accounts
+    from jobs import schema  # noqa: PLC0415
     from jobs.db import make_engine  # noqa: PLC0415
 
     url = f"sqlite:///{workdir / 'tenure.db'}"

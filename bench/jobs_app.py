@@ -4,7 +4,7 @@ Built from the environment (set by :mod:`bench.jobs_bench`), the way ``tasks/__i
 
 * ``TENURE_DATABASE_URL`` — the migrated SQLite file; the broker is a :class:`broker.SQLiteBroker` on the same file
   (``TENURE_BROKER_URL`` unset), so a job's row and its message share one transaction;
-* the other ``TENURE_*`` settings as :meth:`jobs.Settings.from_env` reads them (defaults unless set);
+* the other ``TENURE_*`` settings as :meth:`Settings.from_env` reads them (defaults unless set);
 * ``BENCH_LEDGER_DIR`` — where completions are recorded (see :mod:`bench.ledger`).
 
 Middleware: Dramatiq's defaults, :func:`jobs.install` (the job binding, first in line), and in front of it
@@ -31,6 +31,7 @@ from dramatiq.middleware import Middleware
 
 import jobs
 from broker import SQLiteBroker
+from settings.environment import Settings, set_current_settings
 
 from .ledger import LedgerWriter
 
@@ -59,7 +60,7 @@ class LedgerGate(Middleware):
             LedgerWriter.for_this_process(self.directory).record(0.0)
 
 
-def build_broker(settings: jobs.Settings) -> SQLiteBroker:
+def build_broker(settings: Settings) -> SQLiteBroker:
     """The SQLite broker exactly as ``tasks/__init__.py`` builds it (Dramatiq's default middleware)."""
     return SQLiteBroker(
         settings.broker_url,
@@ -83,8 +84,8 @@ def declare_kind(broker: Broker, registry: jobs.Registry) -> jobs.Kind:
 
 kind: jobs.Kind | None = None
 if os.environ.get("BENCH_LEDGER_DIR") and os.environ.get("TENURE_DATABASE_URL"):
-    _settings = jobs.Settings.from_env()
-    jobs.settings.set_current_settings(_settings)
+    _settings = Settings.from_env()
+    set_current_settings(_settings)
     _broker = build_broker(_settings)
     dramatiq.set_broker(_broker)
     jobs.install(_broker, _settings)

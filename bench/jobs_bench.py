@@ -50,6 +50,7 @@ from typing import Any
 
 import jobs
 from jobs import schema
+from settings.environment import Settings
 
 from . import report
 from .broker_bench import THREADS, Config, Target, _fs_type, _git, drain, enqueue_n, loadavg, log, producer
@@ -60,9 +61,9 @@ OWNER = "bench"
 GOAL_RATIO = 0.5
 
 
-def settings_for(url: str) -> jobs.Settings:
+def settings_for(url: str) -> Settings:
     """The settings a worker reads from ``TENURE_DATABASE_URL=url`` and nothing else."""
-    return jobs.Settings.from_env({"TENURE_DATABASE_URL": url})
+    return Settings.from_env({"TENURE_DATABASE_URL": url})
 
 
 def worker_env(url: str) -> dict[str, str]:

@@ -8,13 +8,14 @@ from __future__ import annotations
 import dramatiq
 
 import jobs
+from settings.environment import Settings, set_current_settings
 
 from .jobs_app import build_broker, declare_kind
 
 RAW_QUEUE = "tenure_bench_raw"
 
-_settings = jobs.Settings.from_env()
-jobs.settings.set_current_settings(_settings)
+_settings = Settings.from_env()
+set_current_settings(_settings)
 _broker = build_broker(_settings)
 dramatiq.set_broker(_broker)
 jobs.install(_broker, _settings)

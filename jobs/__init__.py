@@ -28,7 +28,6 @@ from .records import JobEventRecord, JobRecord
 from .recovery import RecoveryReport, recover_expired
 from .registry import Kind, Registry, registry
 from .schema import check_database_at_head
-from .settings import Settings, SettingsError
 from .status import JobStatus
 from .submit import submit
 from .workflows import (
@@ -64,10 +63,8 @@ __all__ = [
     "Registry",
     "ResultTransaction",
     "SchemaMismatch",
-    "Settings",
     "Step",
     "StepView",
-    "SettingsError",
     "StaleAttempt",
     "UnknownKind",
     "WorkflowRequest",

@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy import Engine
 
 from broker import SQLiteBroker, expedite_delayed
+from settings.environment import Settings
 
 from . import db, events, store
 from .errors import JobNotFound, JobNotRetryable
@@ -17,7 +18,6 @@ from .publish import JOB_ID_OPTION, prepare_broker, publish_in_transaction, reso
 from .records import JobRecord
 from .registry import Registry
 from .registry import registry as default_registry
-from .settings import Settings
 from .status import RETRYABLE_STATUSES, JobStatus
 from .submit import retry_key, submit
 

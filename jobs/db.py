@@ -26,9 +26,9 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
 from broker.store import process_write_lock
+from settings.environment import DEFAULT_SQLITE_BUSY_TIMEOUT_MS
 
 from .notify import NoticeBuffer, SessionNotices
-from .settings import DEFAULT_SQLITE_BUSY_TIMEOUT_MS
 
 #: Execution option that marks a connection's transactions read-only (deferred ``BEGIN`` on SQLite).
 READONLY = "tenure_readonly"

@@ -33,6 +33,8 @@ from dramatiq.middleware import Middleware, SkipMessage
 from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError
 
+from settings.environment import Settings, current_settings
+
 from . import db, events, store
 from .context import PROGRESS_INTERVAL_S, JobContext, TimeoutInterrupt
 from .errors import JobCancelled, JobTimeout, StaleAttempt, public_error
@@ -43,7 +45,6 @@ from .recovery import RecoveryReport, recover_expired, recover_in
 from .registry import Kind, Registry
 from .registry import registry as default_registry
 from .schema import check_database_at_head
-from .settings import Settings, current_settings
 
 logger = logging.getLogger(__name__)
 

@@ -17,10 +17,11 @@ from dramatiq.common import dq_name
 from dramatiq.message import Message
 from sqlalchemy import Engine
 
+from settings.environment import Settings
+
 from . import db, store
 from .errors import public_error
 from .publish import resolve_broker
-from .settings import Settings
 
 logger = logging.getLogger(__name__)
 

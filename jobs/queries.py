@@ -17,6 +17,12 @@ from .status import JobStatus
 MAX_LIMIT = 500
 
 
+def running_jobs_submitted_before(engine: Engine, before_ms: int) -> int:
+    """How many running jobs were submitted before *before_ms* (ms epoch): e.g. before a settings save."""
+    with db.read(engine) as conn:
+        return store.job_count_running_created_before(conn, before_ms)
+
+
 def get_job(engine: Engine, job_id: str, *, owner_id: str, is_admin: bool = False) -> JobRecord:
     """One job.
 

@@ -52,11 +52,12 @@ from typing import Any
 from sqlalchemy import Engine
 from sqlalchemy.exc import IntegrityError
 
+from settings.environment import DEFAULT_RETENTION_DAYS, DEFAULT_RETENTION_EVENTS_DAYS, Settings, current_settings
+from settings.runtime import effective_values
+
 from . import db
 from . import retention_store as store
 from .outbox import PUBLISHED_RETENTION_MS
-from .runtime_settings import effective_values
-from .settings import DEFAULT_RETENTION_DAYS, DEFAULT_RETENTION_EVENTS_DAYS, Settings, current_settings
 from .status import TERMINAL_STATUSES
 from .store import now_ms
 

@@ -253,6 +253,15 @@ def job_list(
     return [r for r in map(_job, conn.execute(_q(sql), params).fetchall()) if r is not None]
 
 
+def job_count_running_created_before(conn: Connection, before_ms: int) -> int:
+    """Running jobs submitted before *before_ms* (they hold a config snapshot older than that moment)."""
+    return int(
+        conn.execute(
+            _q("SELECT count(*) FROM jobs WHERE status = 'running' AND created_at < :t"), {"t": before_ms}
+        ).scalar_one()
+    )
+
+
 def job_count_by_status(conn: Connection) -> dict[str, int]:
     return dict(conn.execute(_q("SELECT status, count(*) FROM jobs GROUP BY status")).fetchall())
 

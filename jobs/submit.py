@@ -11,13 +11,14 @@ from typing import Any
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
+from settings.environment import Settings, current_settings
+
 from . import db, events, store
 from .errors import IdempotencyConflict
 from .publish import prepare_broker, publish_in_transaction
 from .records import JobRecord
 from .registry import Registry
 from .registry import registry as default_registry
-from .settings import Settings, current_settings
 from .status import JobStatus
 from .store import JobRow
 

@@ -35,6 +35,8 @@ from typing import Any
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
+from settings.environment import Settings, current_settings
+
 from . import db, events, store
 from .errors import JobCancelled, JobNotFound, JobNotRetryable
 from .notify import Notice
@@ -42,7 +44,6 @@ from .publish import prepare_broker, publish_in_transaction, resolve_broker
 from .records import JobRecord
 from .registry import Kind, Registry
 from .registry import registry as default_registry
-from .settings import Settings, current_settings
 from .status import JobStatus
 from .submit import _submit_in, new_job_row, request_digest, retry_key
 

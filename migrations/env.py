@@ -6,7 +6,7 @@ from alembic import context
 
 from jobs.db import make_engine
 from jobs.models import metadata
-from jobs.settings import Settings
+from settings.environment import Settings
 
 config = context.config
 target_metadata = metadata

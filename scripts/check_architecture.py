@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""Fail when an import breaks the layering of ARCHITECTURE.md §3.
+"""Fail when an import breaks the layering of docs/architecture.md.
 
     webapp ──► tasks ──► jobs ──► broker        monitoring ──► jobs, broker
+       └──────────┴────────┴──► settings, accounts (which import no other layer)
 
-Forbidden: ``broker`` importing jobs/tasks/webapp/monitoring; ``jobs`` importing tasks/webapp/
-monitoring; ``tasks`` importing webapp; ``monitoring`` importing webapp/tasks; anything but webapp
-importing webapp. Absolute, relative and function-local imports all count (the whole AST is walked).
+Forbidden: ``broker`` importing any other layer; ``settings`` and ``accounts`` importing any other
+layer; ``jobs`` importing tasks/webapp/monitoring/accounts; ``tasks`` importing webapp;
+``monitoring`` importing webapp/tasks/accounts; anything but webapp importing webapp. Absolute,
+relative and function-local imports all count (the whole AST is walked).
 
 Usage: ``python scripts/check_architecture.py [ROOT]`` — exit 1 and one line per violation.
 """
@@ -17,14 +19,16 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-LAYERS = ("broker", "jobs", "tasks", "webapp", "monitoring")
+LAYERS = ("broker", "settings", "accounts", "jobs", "tasks", "webapp", "monitoring")
 
 #: For each layer, the layers it must never import.
 FORBIDDEN: dict[str, frozenset[str]] = {
-    "broker": frozenset({"jobs", "tasks", "webapp", "monitoring"}),
-    "jobs": frozenset({"tasks", "webapp", "monitoring"}),
+    "broker": frozenset(LAYERS) - {"broker"},
+    "settings": frozenset(LAYERS) - {"settings"},
+    "accounts": frozenset(LAYERS) - {"accounts"},
+    "jobs": frozenset({"tasks", "webapp", "monitoring", "accounts"}),
     "tasks": frozenset({"webapp"}),
-    "monitoring": frozenset({"webapp", "tasks"}),
+    "monitoring": frozenset({"webapp", "tasks", "accounts"}),
     "webapp": frozenset(),
 }
 #: Code outside the layers (scripts, migrations, the CLI) may import anything but webapp.

@@ -1,7 +1,7 @@
 """Tenure's actors and the worker processes' composition root.
 
 ``dramatiq tasks`` (workers), ``periodiq tasks`` (scheduler) and the web app import this module:
-it reads :class:`jobs.Settings` from the ``TENURE_*`` environment once, builds the broker
+it reads :class:`Settings` from the ``TENURE_*`` environment once, builds the broker
 (``TENURE_BROKER_URL``: the SQLite file by default, Redis or RabbitMQ for a fleet), installs the
 middleware in the order that matters — the job binding first, schedules before any periodic actor
 is declared, metrics last — and then imports the actor modules so they declare themselves on that
@@ -15,12 +15,13 @@ import dramatiq
 import jobs
 from broker import SQLiteBroker, make_broker
 from monitoring.middleware import MetricsMiddleware
+from settings.environment import Settings, set_current_settings
 
 from .scheduling import configure as configure_schedules
 from .scheduling import install as install_schedules
 
-settings = jobs.Settings.from_env()
-jobs.settings.set_current_settings(settings)
+settings = Settings.from_env()
+set_current_settings(settings)
 
 if settings.broker_url.startswith("sqlite"):
     broker = SQLiteBroker(

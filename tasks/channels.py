@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from jobs.runtime_settings import effective_values
+from settings.runtime import effective_values
 
 from .domain.control import DomainError
 from .domain.notify.mail import SmtpConfig

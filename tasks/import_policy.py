@@ -19,8 +19,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from jobs import JobContext
-from jobs.settings import current_settings
 from jobs.uploads import uploads_dir
+from settings.environment import current_settings
 
 from .domain.recording.importer import RecordingError
 from .runtime import output_root

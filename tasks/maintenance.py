@@ -33,9 +33,9 @@ from broker import SQLiteBroker
 from jobs.outbox import relay_once
 from jobs.recovery import recover_expired
 from jobs.retention import DAY_S, RetentionPolicy, effective_policy, prune
-from jobs.runtime_settings import effective_values
-from jobs.settings import Settings, current_settings
 from monitoring.metrics import record_pruned
+from settings.environment import Settings, current_settings
+from settings.runtime import effective_values
 
 from .outputs import clean_partial_outputs
 from .scheduling import every, install, scheduler_for

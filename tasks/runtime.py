@@ -1,7 +1,7 @@
 """What every actor shares: its settings, the domain engine, the output-root write gate, retry hints,
 and adapters from a :class:`~jobs.context.JobContext` to the domain's ``progress``/``should_stop`` callbacks.
 
-Configuration is the process's one :class:`jobs.settings.Settings` (``tasks/__init__.py`` builds it from
+Configuration is the process's one :class:`settings.environment.Settings` (``tasks/__init__.py`` builds it from
 the environment at start; :func:`task_settings` returns it): the actors' own variables (ASR model,
 ffmpeg, fonts, notification channels, write-gate cooldown) are fields of it, validated with the rest.
 """
@@ -20,7 +20,7 @@ from sqlalchemy import Engine
 from jobs import JobCancelled, JobContext, StaleAttempt, current_job
 from jobs.db import make_engine
 from jobs.registry import default_backoff
-from jobs.settings import DEFAULT_OUTPUT_ROOT, Settings, current_settings
+from settings.environment import DEFAULT_OUTPUT_ROOT, Settings, current_settings
 
 from .domain.control import DomainError
 
@@ -37,7 +37,7 @@ _engine: tuple[int, Engine] | None = None
 
 
 def task_settings() -> Settings:
-    """This process's settings (the one :class:`~jobs.settings.Settings` the composition root installed)."""
+    """This process's settings (the one :class:`~settings.environment.Settings` the composition root installed)."""
     return current_settings()
 
 

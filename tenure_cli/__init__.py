@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
         return admin.demo_command(args)
 
     from jobs.errors import SchemaMismatch
-    from jobs.settings import Settings, SettingsError
+    from settings.environment import Settings, SettingsError
 
     try:
         settings = Settings.from_env()

@@ -81,7 +81,7 @@ def users_command(args: argparse.Namespace, database_url: str) -> int:
     """``tenure users …``: passwords are read from stdin or generated, never taken from argv."""
     from sqlalchemy import inspect
 
-    from jobs import accounts
+    import accounts
     from jobs.db import make_engine
 
     engine = make_engine(database_url)
@@ -116,7 +116,7 @@ def users_command(args: argparse.Namespace, database_url: str) -> int:
 
 def _set_password(engine: Any, name: str, password: str | None) -> int:
     """``tenure users set-password NAME``: the typed password, or a generated one printed once."""
-    from jobs import accounts
+    import accounts
 
     user = accounts.get_user_by_name(engine, name)
     if user is None:

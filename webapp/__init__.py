@@ -3,7 +3,7 @@
 ``create_app(test_config=None)`` is the factory (flaskr style); gunicorn runs
 ``webapp:create_app()``. Services are built once and kept in ``app.extensions["tenure"]``.
 
-Configuration comes from ``jobs.settings.Settings`` (``TENURE_*``) plus the web's own keys
+Configuration comes from ``settings.environment.Settings`` (``TENURE_*``) plus the web's own keys
 (defaults below; any ``TENURE_WEB_<KEY>`` variable overrides ``<KEY>``; *test_config* last).
 A test may inject ``TENURE_ENGINE``, ``TENURE_BROKER`` and ``TENURE_JOBS`` (a :class:`JobsGateway`).
 """
@@ -118,7 +118,7 @@ def _build_services(app: Flask):  # type: ignore[no-untyped-def]
     cfg = app.config
     settings = cfg.get("TENURE_SETTINGS")
     if settings is None:
-        from jobs.settings import Settings
+        from settings.environment import Settings
 
         settings = Settings.from_env()
     engine = cfg.get("TENURE_ENGINE")
@@ -127,7 +127,7 @@ def _build_services(app: Flask):  # type: ignore[no-untyped-def]
 
         engine = make_engine(settings.database_url, busy_timeout_ms=settings.sqlite_busy_timeout_ms)
         check_database_at_head(engine)  # refuse an unknown or newer schema at start, like every process
-        from jobs.runtime_settings import overlay_settings
+        from settings.runtime import overlay_settings
 
         settings = overlay_settings(engine, settings)  # saved restart keys (jobs.default_max_attempts)
     gateway = cfg.get("TENURE_JOBS")

@@ -24,7 +24,7 @@ from flask_wtf.csrf import CSRFError, CSRFProtect
 from wtforms import PasswordField, StringField
 from wtforms.validators import DataRequired, Length
 
-from jobs import accounts
+import accounts
 
 from .errors import Forbidden, Unauthorized
 from .services import services

@@ -1,6 +1,6 @@
 """Runtime settings for the API and UI: read, save, and apply a save to the broker and the schedules.
 
-The job layer (:mod:`jobs.runtime_settings`) validates and stores; this module supplies the names that
+The job layer (:mod:`settings.runtime`) validates and stores; this module supplies the names that
 exist (queues on the broker, declared schedules), turns its exceptions into the web layer's (422 with
 per-key reasons, 409 on a stale revision) and applies keys whose effect is immediate: a changed
 ``queues.<name>.paused`` pauses/resumes the queue on the broker, a changed ``schedules.<name>.paused``
@@ -11,9 +11,11 @@ the saved revision stands.
 from __future__ import annotations
 
 import logging
+from functools import partial
 from typing import Any
 
-from jobs import runtime_settings as rs
+from jobs.queries import running_jobs_submitted_before
+from settings import runtime as rs
 
 from . import operations
 from .errors import ApiError, Conflict, Invalid
@@ -24,7 +26,7 @@ logger = logging.getLogger(__name__)
 
 def current(svc: Services) -> dict[str, Any]:
     """The runtime settings view (secrets masked)."""
-    return rs.get_settings(svc.engine, svc.settings)
+    return rs.get_settings(svc.engine, svc.settings, older_snapshots=partial(running_jobs_submitted_before, svc.engine))
 
 
 def queue_names(svc: Services) -> set[str]:
@@ -53,6 +55,7 @@ def save(svc: Services, values: Any, expected_revision: int, by: str) -> dict[st
             expected_revision,
             by,
             settings=svc.settings,
+            older_snapshots=partial(running_jobs_submitted_before, svc.engine),
             # Any well-formed queue/schedule name is accepted (the OpenAPI document says so): pausing a
             # queue before its first message is useful, and a name nothing uses comes back as a warning.
             queues=None,

@@ -15,7 +15,7 @@ from alembic import op
 # The accounts tables are declared on jobs.models.metadata (the metadata env.py compares against);
 # importing the module here makes sure they are registered whenever this revision is loaded, so a
 # replay-then-compare test sees them as models, not as stray tables.
-import jobs.accounts_store  # noqa: F401
+import accounts.store  # noqa: F401
 
 revision: str = "0002"
 down_revision: str | None = "0001"

@@ -11,7 +11,7 @@ from sqlalchemy.engine import Engine
 
 from broker import SQLiteBroker
 from jobs.db import make_engine
-from jobs.settings import current_settings
+from settings.environment import current_settings
 
 from .scheduler import Clock, Scheduler, now_ms
 
@@ -43,7 +43,7 @@ def configure(
       clock: Epoch-ms clock (tests inject one).
 
     Raises:
-      jobs.settings.SettingsError: No database given, a server broker, and invalid ``TENURE_*`` settings.
+      settings.environment.SettingsError: No database given, a server broker, and invalid ``TENURE_*`` settings.
 
     Returns:
       The scheduler now used by this process for *broker*.
@@ -60,7 +60,7 @@ def scheduler_for(broker: Broker) -> Scheduler:
     """The scheduler of *broker* in this process (built on first use, again after a fork).
 
     Raises:
-      jobs.settings.SettingsError: A server broker never configured, and invalid ``TENURE_*`` settings.
+      settings.environment.SettingsError: A server broker never configured, and invalid ``TENURE_*`` settings.
     """
     key = (id(broker), os.getpid())
     with _lock:

@@ -94,7 +94,8 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
-    from jobs import accounts, schema
+    import accounts
+    from jobs import schema
     from jobs.db import make_engine
 
     tmp = tmp_path_factory.mktemp("e2e")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from jobs.settings import Settings, SettingsError
+from settings.environment import Settings, SettingsError
 
 
 def test_defaults_share_one_sqlite_file() -> None:

@@ -12,7 +12,7 @@ import dataclasses
 import re
 from pathlib import Path
 
-from jobs.settings import NEW_JOBS, RESTART, Settings
+from settings.environment import NEW_JOBS, RESTART, Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"

@@ -25,7 +25,7 @@ def write(root: Path, rel: str, text: str) -> None:
 
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
-    for pkg in ("broker", "jobs", "tasks", "webapp", "monitoring"):
+    for pkg in ("broker", "settings", "accounts", "jobs", "tasks", "webapp", "monitoring"):
         write(tmp_path, f"{pkg}/__init__.py", "")
     return tmp_path
 
@@ -43,6 +43,11 @@ def tree(tmp_path: Path) -> Path:
         ("monitoring/x.py", "from webapp.auth import login\n", "webapp.auth"),
         ("scripts/tool.py", "import webapp\n", "webapp"),
         ("jobs/x.py", "import tasks.does_not_exist\n", "tasks.does_not_exist"),
+        ("settings/x.py", "def f():\n    from jobs.db import make_engine\n", "jobs.db"),
+        ("accounts/x.py", "from settings import Settings\n", "settings"),
+        ("jobs/x.py", "import accounts\n", "accounts"),
+        ("broker/x.py", "from settings.environment import Settings\n", "settings.environment"),
+        ("monitoring/x.py", "from accounts import store\n", "accounts"),
     ],
 )
 def test_forbidden_imports_are_reported(tree: Path, rel: str, source: str, imported: str) -> None:
@@ -58,6 +63,9 @@ def test_forbidden_imports_are_reported(tree: Path, rel: str, source: str, impor
         ("webapp/x.py", "import tasks\nimport jobs\nimport broker\nimport monitoring\n"),
         ("tasks/x.py", "from jobs import submit\nfrom broker import SQLiteBroker\n"),
         ("jobs/x.py", "from . import store\nfrom .store import q\nimport broker\n"),
+        ("jobs/x.py", "from settings.environment import Settings\n"),
+        ("webapp/x.py", "import accounts\nfrom settings import runtime\n"),
+        ("tasks/x.py", "import accounts\nfrom settings import Settings\n"),
         ("monitoring/x.py", "import jobs\nimport broker\n"),
         ("broker/x.py", "from .store import MessageStore\nimport dramatiq\n"),
         ("jobs/x.py", "import jobsearch\n"),

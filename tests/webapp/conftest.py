@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import shutil
+import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,10 +13,11 @@ from types import SimpleNamespace
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
-from sqlalchemy import Engine, create_engine
+from sqlalchemy import Engine
 
-from jobs import accounts
-from jobs.accounts_store import metadata as accounts_metadata
+import accounts
+from jobs import schema
+from jobs.db import make_engine
 
 from .fake_jobs import FakeJobs
 
@@ -41,10 +44,28 @@ class Person:
         return {"Authorization": f"Basic {raw}"}
 
 
+@pytest.fixture(scope="session")
+def migrated_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A database migrated to the head revision once per test session (flaskr's conftest, one step on)."""
+    path = tmp_path_factory.mktemp("template") / "tenure.db"
+    schema.upgrade(f"sqlite:///{path}")
+    with sqlite3.connect(path) as raw:  # everything in the main file, so a plain copy is the whole database
+        raw.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    raw.close()
+    return path
+
+
 @pytest.fixture()
-def web_engine(tmp_path: Path) -> Iterator[Engine]:
-    engine = create_engine(f"sqlite:///{tmp_path / 'web.db'}")
-    accounts_metadata.create_all(engine)
+def database_path(tmp_path: Path, migrated_template: Path) -> Path:
+    """This test's own copy of the migrated database."""
+    path = tmp_path / "tenure.db"
+    shutil.copyfile(migrated_template, path)
+    return path
+
+
+@pytest.fixture()
+def web_engine(database_path: Path) -> Iterator[Engine]:
+    engine = make_engine(f"sqlite:///{database_path}")
     yield engine
     engine.dispose()
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, create_engine
 
+import accounts
 import tenure_cli
-from jobs import accounts
-from jobs.accounts_store import metadata
+from accounts.store import metadata
 
 
 @pytest.fixture()
@@ -122,7 +122,7 @@ def test_migration_0002_creates_the_accounts_tables(tmp_path: Path) -> None:
     from alembic.runtime.migration import MigrationContext
     from sqlalchemy import inspect
 
-    from jobs.accounts_store import api_tokens, users
+    from accounts.store import api_tokens, users
     from jobs.db import make_engine
     from jobs.schema import alembic_config
 

@@ -17,6 +17,7 @@ import jobs
 from broker import SQLiteBroker
 from jobs import schema
 from jobs.middleware import JobMiddleware, run_job
+from settings.environment import Settings
 from webapp.jobs_adapter import JobLayerGateway
 
 from .conftest import Person, _person, login, without_csrf_token
@@ -29,7 +30,7 @@ def layer(tmp_path: Path) -> Iterator[dict[str, Any]]:
     schema.upgrade(url)
     engine = jobs.make_engine(url)
     broker = SQLiteBroker(url, middleware=[])
-    settings = jobs.Settings(database_url=url, broker_url="", output_root=str(tmp_path / "outputs"))
+    settings = Settings(database_url=url, broker_url="", output_root=str(tmp_path / "outputs"))
     registry = jobs.Registry()
     registry.kind("echo", broker=broker, safe_to_rerun=True)(lambda ctx, *, text: text)
     worker = JobMiddleware(settings, engine=engine, registry=registry, check_schema=False)

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from jobs import JobContext, Settings, Step, WorkflowRequest, schema, workflow_steps
+from jobs import JobContext, Step, WorkflowRequest, schema, workflow_steps
 from jobs.db import make_engine
 from jobs.registry import Registry
+from settings.environment import Settings
 from webapp.errors import Conflict, Invalid, JobNotFoundError, NotFound
 from webapp.gateway import JobQuery
 from webapp.jobs_adapter import JobLayerGateway, _check_payload, _field_type

@@ -186,9 +186,10 @@ def _serve(app):  # type: ignore[no-untyped-def]
 def test_cursor_resumes_on_another_app_instance(tmp_path, app_config, alice, bob):  # type: ignore[no-untyped-def]
     """Two web processes (two apps, two servers) on one database: a cursor from one resumes on the other."""
     from broker import SQLiteBroker
-    from jobs import JobContext, Settings, schema
+    from jobs import JobContext, schema
     from jobs.db import make_engine
     from jobs.registry import Registry
+    from settings.environment import Settings
     from webapp import create_app
     from webapp.jobs_adapter import JobLayerGateway
 

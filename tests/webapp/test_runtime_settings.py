@@ -8,7 +8,7 @@ import pytest
 from flask.testing import FlaskClient
 from sqlalchemy import Engine
 
-from jobs.runtime_settings_models import metadata, runtime_settings
+from settings.runtime_models import metadata, runtime_settings
 from webapp.gateway import ScheduleView
 
 from .conftest import Person, login

@@ -45,7 +45,7 @@ class TenureApi(Api):
         put_settings = doc.get("components", {}).get("schemas", {}).get("RuntimeSettingsPut")
         if put_settings is not None:
             # The keys and value types a save accepts, spelled out (apispec cannot express patternProperties).
-            from jobs.runtime_settings import values_json_schema
+            from settings.runtime import values_json_schema
 
             put_settings["properties"]["values"] = values_json_schema()
         return current_app.response_class(json.dumps(doc, indent=2), mimetype="application/json")

@@ -12,7 +12,7 @@ from typing import Any
 from flask import Blueprint, current_app, flash, g, redirect, render_template, request, send_file, url_for
 from flask_login import login_required
 
-from jobs import accounts
+import accounts
 
 from ..bulk import bulk_apply
 from ..errors import ApiError, Conflict, Invalid, JobNotFoundError

@@ -6,7 +6,7 @@ from typing import Any
 
 from flask import flash, g, redirect, render_template, request, url_for
 
-from jobs import runtime_settings as rs
+from settings import runtime as rs
 
 from .. import runtime_settings
 from ..errors import ApiError, Forbidden, Invalid

@@ -186,7 +186,7 @@ class Client:
 def client(d: Deployment) -> Iterator[Client]:
     from broker import SQLiteBroker
     from jobs.registry import Registry
-    from jobs.settings import Settings
+    from settings.environment import Settings
 
     settings = Settings.from_env(d.env)
     if d.backend == "sqlite":

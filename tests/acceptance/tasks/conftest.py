@@ -26,7 +26,7 @@ from jobs.db import make_engine
 from jobs.registry import Registry
 from jobs.registry import registry as global_registry
 from jobs.schema import upgrade
-from jobs.settings import Settings
+from settings.environment import Settings
 from tasks import import_recording, notify, pipeline, render_clip, transcribe  # noqa: F401  (the real kinds)
 from tasks.domain.demo_recording import DemoRecording, make_recording
 

@@ -144,7 +144,7 @@ def test_email_kind_is_not_safe_to_rerun() -> None:
 def test_a_webhook_secret_saved_in_the_runtime_settings_signs_the_next_delivery(
     fleet: Fleet, receiver: WebhookReceiver
 ) -> None:
-    from jobs import runtime_settings
+    from settings import runtime as runtime_settings
 
     # Given a channel signed with the file's secret, and a worker running
     channels_file(fleet, {"hook": {"type": "webhook", "url": receiver.url("/hook"), "secret": receiver.secret}})

@@ -25,8 +25,8 @@ from jobs.context import JobContext
 from jobs.db import make_engine
 from jobs.middleware import JobMiddleware
 from jobs.registry import Registry
-from jobs.settings import Settings
 from jobs.store import JobRow, job_get
+from settings.environment import Settings
 
 PG_ADMIN_URL = os.environ.get("TENURE_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
 REDIS_URL = os.environ.get("TENURE_TEST_REDIS_URL", "redis://127.0.0.1:6379/14")

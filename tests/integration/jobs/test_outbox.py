@@ -17,7 +17,7 @@ from jobs.middleware import JobMiddleware, run_job
 from jobs.outbox import relay_once
 from jobs.publish import JOB_ID_OPTION
 from jobs.registry import Registry
-from jobs.settings import Settings
+from settings.environment import Settings
 
 from .support import JobEnv
 

@@ -13,15 +13,15 @@ from sqlalchemy import event
 
 import jobs
 from jobs import JobContext
-from jobs import runtime_settings as rs
 from jobs.db import make_engine
 from jobs.middleware import run_job
 from jobs.outbox import relay_once
 from jobs.queries import changes_after
 from jobs.recovery import recover_expired
 from jobs.retention import DAY_S, PruneReport, RetentionPolicy, effective_policy, prune
-from jobs.settings import Settings
 from jobs.workflows import Step, submit_workflow, workflow_steps
+from settings import runtime as rs
+from settings.environment import Settings
 
 from .support import JobEnv
 

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import logging
 import threading
+from functools import partial
 from pathlib import Path
 
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
-from jobs import runtime_settings as rs
 from jobs.db import make_engine
-from jobs.runtime_settings_models import metadata
-from jobs.settings import Settings
+from jobs.queries import running_jobs_submitted_before
+from settings import runtime as rs
+from settings.environment import Settings
+from settings.runtime_models import metadata
 from tasks.maintenance import MaintenanceConfig, retention_in_force
 
 from .support import JobEnv
@@ -123,10 +125,11 @@ def test_running_jobs_on_an_older_snapshot_are_counted(sqlite_env: JobEnv) -> No
     assert sqlite_env.claim(job.id) is not None  # running, submitted before any save
     queued = sqlite_env.submit("noop")
     assert queued.status == "queued"
-    view = rs.put_settings(sqlite_env.engine, {"retention.events_days": 2}, 0, "root")
+    older = partial(running_jobs_submitted_before, sqlite_env.engine)
+    view = rs.put_settings(sqlite_env.engine, {"retention.events_days": 2}, 0, "root", older_snapshots=older)
     assert view["jobs_on_older_snapshot"] == 1
     sqlite_env.sql("UPDATE jobs SET created_at = :t WHERE id = :id", t=10**15, id=job.id)
-    assert rs.get_settings(sqlite_env.engine)["jobs_on_older_snapshot"] == 0
+    assert rs.get_settings(sqlite_env.engine, older_snapshots=older)["jobs_on_older_snapshot"] == 0
 
 
 def test_the_resync_reads_saved_retention(sqlite_env: JobEnv) -> None:

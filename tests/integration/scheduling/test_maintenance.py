@@ -68,8 +68,8 @@ def test_resync_prunes_finished_jobs_reports_and_counts_them(
 ) -> None:
     import jobs
     from jobs.registry import Registry
-    from jobs.settings import Settings
     from monitoring.metrics import REGISTRY
+    from settings.environment import Settings
 
     # Given a job cancelled long ago, and a live job (it owns the newest event, which is never deleted)
     registry = Registry()

@@ -14,10 +14,10 @@ import pytest
 from sqlalchemy import Engine
 
 from jobs import db
-from jobs import runtime_settings as rs
 from jobs.db import make_engine
 from jobs.schema import upgrade
 from jobs.store import dumps
+from settings import runtime as rs
 from tasks.channels import ChannelError, WebhookChannel, parse_channels, webhook_endpoint
 from tasks.domain.notify.signing import new_secret
 from tasks.domain.notify.webhook import WebhookMessage, deliver_webhook

@@ -15,13 +15,14 @@ from sqlalchemy import text
 
 import jobs
 from broker import SQLiteBroker
-from jobs import JobContext, Settings
+from jobs import JobContext
+from settings.environment import Settings, set_current_settings
 from tests.fast_stop import FastStop
 
 QUEUE = "jobs_acceptance"
 
 settings = Settings.from_env()
-jobs.settings.set_current_settings(settings)
+set_current_settings(settings)
 if settings.broker_url.startswith("sqlite"):
     broker = SQLiteBroker(
         settings.broker_url, lease_ttl_ms=int(settings.broker_lease_ttl_s * 1000), reap_interval_s=0.25

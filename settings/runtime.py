@@ -5,7 +5,7 @@ takes effect (``effect``) and whether it is a secret. Two families are patterns,
 ``queues.<name>.paused`` and ``schedules.<name>.paused``.
 
 Layering of :func:`get_settings`'s ``effective`` values: catalogue default ← the process's env
-:class:`~jobs.settings.Settings` (keys that have a ``TENURE_*`` counterpart) ← the latest saved batch.
+:class:`~settings.environment.Settings` (keys that have a ``TENURE_*`` counterpart) ← the latest saved batch.
 Keys whose effect is ``restart`` are the exception: ``effective`` shows what this process started with,
 and the key is listed in ``pending_restart`` while the saved value differs from it.
 
@@ -31,18 +31,18 @@ import dataclasses
 import json
 import logging
 import re
+import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError
 
-from . import db
-from . import runtime_settings_store as store
-from .settings import (
+from . import runtime_store as store
+from .environment import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_RETENTION_DAYS,
     DEFAULT_RETENTION_DEAD_LETTERS_DAYS,
@@ -50,9 +50,25 @@ from .settings import (
     DEFAULT_RETENTION_FIRES_DAYS,
     MAX_RETENTION_DAYS,
 )
-from .store import dumps, now_ms
 
 logger = logging.getLogger(__name__)
+
+#: One encoder for every saved document: canonical JSON (sorted keys, no spaces).
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def dumps(value: Any) -> str:
+    return _ENCODER.encode(value)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _read(engine: Engine) -> Connection:
+    # Read-only: on the job layer's SQLite engines (jobs.db.make_engine) a deferred BEGIN, never the write lock.
+    return engine.connect().execution_options(tenure_readonly=True)
+
 
 #: When a change takes effect.
 NEXT_JOB = "next job"
@@ -399,7 +415,7 @@ def _load(document: str | None) -> dict[str, Any]:
 
 def saved_values(engine: Engine) -> dict[str, Any]:
     """The latest saved batch, unmasked (for components of this deployment: never for responses)."""
-    with db.read(engine) as conn:
+    with _read(engine) as conn:
         row = store.latest(conn)
     return _load(row.document if row else None)
 
@@ -463,10 +479,10 @@ def _deployment(settings: Any) -> dict[str, Any]:
     }
 
 
-def _view(conn: Any, row: store.RevisionRow | None, settings: Any) -> dict[str, Any]:
+def _view(row: store.RevisionRow | None, settings: Any, older_snapshots: Callable[[int], int] | None) -> dict[str, Any]:
     saved = _load(row.document if row else None)
     effective, pending = _effective(saved, settings)
-    older = store.running_jobs_created_before(conn, row.saved_at) if row else 0
+    older = older_snapshots(row.saved_at) if row and older_snapshots is not None else 0
     return {
         "revision": row.revision if row else 0,
         "saved_at": datetime.fromtimestamp(row.saved_at / 1000, UTC) if row else None,
@@ -480,21 +496,25 @@ def _view(conn: Any, row: store.RevisionRow | None, settings: Any) -> dict[str, 
     }
 
 
-def get_settings(engine: Engine, settings: Any = None) -> dict[str, Any]:
+def get_settings(
+    engine: Engine, settings: Any = None, *, older_snapshots: Callable[[int], int] | None = None
+) -> dict[str, Any]:
     """The saved and effective runtime settings (secrets masked).
 
     Parameters:
-      engine: The job database.
+      engine: The database holding the ``runtime_settings`` table.
       settings: This process's Settings (the env layer and the values it started with).
+      older_snapshots: ``f(saved_at_ms) -> n``: how many running jobs were submitted before the latest
+        save (the job layer's :func:`jobs.queries.running_jobs_submitted_before`); 0 without it.
 
     Returns:
       ``{revision, saved_at, saved_by, saved, effective, pending_restart, jobs_on_older_snapshot,
       catalogue, deployment}``. ``jobs_on_older_snapshot`` counts running jobs submitted before the
       latest save (a job's config snapshot does not record a settings revision).
     """
-    with db.read(engine) as conn:
+    with _read(engine) as conn:
         row = store.latest(conn)
-        return _view(conn, row, settings)
+    return _view(row, settings, older_snapshots)
 
 
 def changed_effective(before: Mapping[str, Any], after: Mapping[str, Any], settings: Any = None) -> dict[str, Any]:
@@ -533,6 +553,7 @@ def put_settings(
     settings: Any = None,
     queues: Collection[str] | None = None,
     schedules: Collection[str] | None = None,
+    older_snapshots: Callable[[int], int] | None = None,
 ) -> dict[str, Any]:
     """Save a new batch as revision ``expected_revision + 1``.
 
@@ -543,6 +564,7 @@ def put_settings(
       by: The admin's owner id.
       settings: This process's Settings (for ``effective``/``pending_restart``).
       queues / schedules: Existing names (None: any well-formed name).
+      older_snapshots: As for :func:`get_settings`.
 
     Raises:
       SettingsInvalid: Nothing was saved.
@@ -556,21 +578,21 @@ def put_settings(
         raise SettingsInvalid({"expected_revision": "must be a non-negative integer"})
     batch = validate(values, queues=queues, schedules=schedules)
     try:
-        with db.write(engine) as tx:
-            row = store.latest(tx.conn)
+        with engine.begin() as conn:
+            row = store.latest(conn)
             current = row.revision if row else 0
             if current != expected_revision:
                 raise SettingsConflict(expected_revision, current)
             before = _load(row.document if row else None)
             document = _merge_secrets(before, batch)
             saved_at = now_ms()
-            store.insert_revision(tx.conn, current + 1, saved_at, by, dumps(document))
+            store.insert_revision(conn, current + 1, saved_at, by, dumps(document))
             new_row = store.RevisionRow(current + 1, saved_at, by, dumps(document))
-            view = _view(tx.conn, new_row, settings)
     except IntegrityError:
         # Another save inserted the same revision first (databases with row locks get here).
-        with db.read(engine) as conn:
+        with _read(engine) as conn:
             raise SettingsConflict(expected_revision, store.latest_revision(conn)) from None
+    view = _view(new_row, settings, older_snapshots)
     changed = changed_effective(before, document, settings)
     view["changed"] = _masked(changed)
     logger.info(
@@ -582,7 +604,7 @@ def put_settings(
 def overlay_settings(engine: Engine, settings: Any) -> Any:
     """*settings* with the saved restart keys applied (a process calls this once at start).
 
-    Only :class:`~jobs.settings.Settings` dataclasses are changed; anything else is returned as is.
+    Only :class:`~settings.environment.Settings` dataclasses are changed; anything else is returned as is.
     """
     if not dataclasses.is_dataclass(settings) or isinstance(settings, type):
         return settings

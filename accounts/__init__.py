@@ -2,7 +2,7 @@
 
 The web app authenticates people with these functions and the CLI creates them
 (``tenure users create NAME --admin``, ``tenure users ensure-admin``). No Flask here: the CLI
-and workers may import this module. All SQL lives in :mod:`jobs.accounts_store`.
+and workers may import this module. All SQL lives in :mod:`accounts.store`.
 
 Passwords are hashed with scrypt (``hashlib.scrypt``; n=2**15, r=8, p=1, 16-byte salt), stored as
 ``scrypt$n$r$p$salt_hex$hash_hex`` so the cost can be raised later without breaking old hashes.
@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 
-from . import accounts_store as store
+from . import store
 
 ROLES = ("admin", "user")
 #: scrypt cost parameters for new hashes (≈ 50 ms on a laptop core; 32 MiB of memory).

@@ -30,6 +30,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    MetaData,
     String,
     Table,
     false,
@@ -39,11 +40,17 @@ from sqlalchemy import (
     update,
 )
 
-from . import models
+#: Names of constraints and indexes, as jobs/models.py names them (Alembic's revisions spell them out).
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
 
-#: The job layer's metadata (naming convention included): Alembic's env targets it, so the accounts
-#: tables live on it too. Revision ``0002_accounts`` creates them.
-metadata = models.metadata
+#: The accounts tables (revision ``0002_accounts`` creates them; tests compare both).
+metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
 users = Table(
     "users",

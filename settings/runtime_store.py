@@ -1,6 +1,6 @@
-"""All SQL of runtime settings: the ``runtime_settings`` history and the older-snapshot count.
+"""All SQL of runtime settings: the ``runtime_settings`` history.
 
-See :mod:`jobs.runtime_settings_models` for the table. Callers pass the connection (one transaction
+See :mod:`settings.runtime_models` for the table. Callers pass the connection (one transaction
 per save: read the latest revision, then insert the next one).
 """
 
@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, func, insert, select, text
+from sqlalchemy import Connection, func, insert, select
 
-from .runtime_settings_models import runtime_settings
+from .runtime_models import runtime_settings
 
 
 @dataclass(frozen=True)
@@ -63,12 +63,3 @@ def history(conn: Connection, limit: int) -> list[RevisionRow]:
         .limit(limit)
     ).all()
     return [RevisionRow(int(r[0]), int(r[1]), str(r[2]), str(r[3])) for r in rows]
-
-
-def running_jobs_created_before(conn: Connection, before_ms: int) -> int:
-    """Running jobs submitted before *before_ms*: they hold a config snapshot older than that save."""
-    return int(
-        conn.execute(
-            text("SELECT COUNT(*) FROM jobs WHERE status = 'running' AND created_at < :t"), {"t": before_ms}
-        ).scalar_one()
-    )
