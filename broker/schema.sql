@@ -1,6 +1,6 @@
 -- Tenure SQLite broker schema, version 1.
--- Owned by the broker: created on first use for standalone Dramatiq users, and replayed verbatim by the
--- Alembic migration that creates Tenure's database. Every statement is idempotent (IF NOT EXISTS).
+-- Owned by the broker: created on first use for standalone Dramatiq users. Alembic revision 0001 holds a
+-- frozen copy of version 1 (a change here needs a revision of its own). Every statement is idempotent.
 --
 -- broker_messages: one row per enqueued message (never keyed by Dramatiq's message_id, which repeats
 -- when Retries re-enqueues a message that is still leased).

@@ -7,7 +7,8 @@
 Forbidden: ``broker`` importing any other layer; ``settings`` and ``accounts`` importing any other
 layer; ``jobs`` importing tasks/webapp/monitoring/accounts; ``tasks`` importing webapp;
 ``monitoring`` importing webapp/tasks/accounts; anything but webapp importing webapp. Absolute,
-relative and function-local imports all count (the whole AST is walked).
+relative and function-local imports all count (the whole AST is walked). Migration revisions
+(``migrations/versions``) import no product code at all.
 
 Usage: ``python scripts/check_architecture.py [ROOT]`` — exit 1 and one line per violation.
 """
@@ -31,8 +32,12 @@ FORBIDDEN: dict[str, frozenset[str]] = {
     "monitoring": frozenset({"webapp", "tasks", "accounts"}),
     "webapp": frozenset(),
 }
-#: Code outside the layers (scripts, migrations, the CLI) may import anything but webapp.
+#: Code outside the layers (scripts, the migration environment, the CLI) may import anything but webapp.
 OUTSIDE_FORBIDDEN = frozenset({"webapp"})
+#: Migration revisions are frozen in time: they import no product code (a change to a live module would
+#: silently change what an old revision does to a database).
+REVISIONS_DIR = ("migrations", "versions")
+REVISIONS_FORBIDDEN = frozenset(LAYERS) | {"migrations", "tenure_cli"}
 
 
 @dataclass(frozen=True)
@@ -88,7 +93,10 @@ def check(root: Path) -> list[Violation]:
         is_package = path.name == "__init__.py"
         package = parts if is_package else parts[:-1]
         layer = parts[0] if parts and parts[0] in LAYERS else None
-        forbidden = FORBIDDEN[layer] if layer else OUTSIDE_FORBIDDEN
+        if tuple(rel.parts[:2]) == REVISIONS_DIR:
+            forbidden = REVISIONS_FORBIDDEN
+        else:
+            forbidden = FORBIDDEN[layer] if layer else OUTSIDE_FORBIDDEN
         try:
             tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
         except SyntaxError as e:

@@ -1,4 +1,4 @@
-"""Accounts: web app users and their API tokens (see jobs/accounts_store.py).
+"""Accounts: web app users and their API tokens (see accounts/store.py).
 
 Revision ID: 0002
 Revises: 0001
@@ -11,11 +11,6 @@ from collections.abc import Sequence
 
 import sqlalchemy as sa
 from alembic import op
-
-# The accounts tables are declared on jobs.models.metadata (the metadata env.py compares against);
-# importing the module here makes sure they are registered whenever this revision is loaded, so a
-# replay-then-compare test sees them as models, not as stray tables.
-import accounts.store  # noqa: F401
 
 revision: str = "0002"
 down_revision: str | None = "0001"

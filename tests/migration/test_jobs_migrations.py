@@ -113,3 +113,19 @@ def test_cli_upgrade_and_refusal(tmp_path: Path) -> None:
     assert run.returncode == 1
     assert "does not know" in run.stderr
     assert hashlib.sha256(path.read_bytes()).hexdigest() == digest
+
+
+def test_revision_0001_holds_the_broker_schema_it_was_written_for() -> None:
+    """Revision 0001 carries its own copy of the broker's DDL: equal to broker/schema.sql while the
+    broker's schema version is still 1 (a new version needs a revision of its own)."""
+    import importlib.util
+
+    import broker
+    from broker.store import SCHEMA_VERSION
+
+    spec = importlib.util.spec_from_file_location("rev0001", ROOT / "migrations" / "versions" / "0001_initial.py")
+    assert spec and spec.loader
+    rev = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rev)
+    assert SCHEMA_VERSION == 1, "the broker schema moved on: add a revision that applies it, then update this test"
+    assert rev._statements(rev.BROKER_SCHEMA_V1) == rev._statements(broker.schema_sql())

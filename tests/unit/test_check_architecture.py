@@ -48,6 +48,8 @@ def tree(tmp_path: Path) -> Path:
         ("jobs/x.py", "import accounts\n", "accounts"),
         ("broker/x.py", "from settings.environment import Settings\n", "settings.environment"),
         ("monitoring/x.py", "from accounts import store\n", "accounts"),
+        ("migrations/versions/0009_x.py", "from broker import schema_sql\n", "broker"),
+        ("migrations/versions/0009_x.py", "import accounts.store  # noqa\n", "accounts.store"),
     ],
 )
 def test_forbidden_imports_are_reported(tree: Path, rel: str, source: str, imported: str) -> None:
@@ -66,6 +68,8 @@ def test_forbidden_imports_are_reported(tree: Path, rel: str, source: str, impor
         ("jobs/x.py", "from settings.environment import Settings\n"),
         ("webapp/x.py", "import accounts\nfrom settings import runtime\n"),
         ("tasks/x.py", "import accounts\nfrom settings import Settings\n"),
+        ("migrations/env.py", "from jobs.models import metadata\n"),
+        ("migrations/versions/0009_x.py", "import sqlalchemy as sa\nfrom alembic import op\n"),
         ("monitoring/x.py", "import jobs\nimport broker\n"),
         ("broker/x.py", "from .store import MessageStore\nimport dramatiq\n"),
         ("jobs/x.py", "import jobsearch\n"),
