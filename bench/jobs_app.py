@@ -91,5 +91,5 @@ if os.environ.get("BENCH_LEDGER_DIR") and os.environ.get("TENURE_DATABASE_URL"):
     jobs.install(_broker, _settings)
     _gate = LedgerGate(os.environ["BENCH_LEDGER_DIR"])
     _broker.add_middleware(_gate, before=jobs.JobMiddleware)
-    jobs.middleware.lifecycle_observers.append(_gate.observe)
+    jobs.lifecycle.observers.append(_gate.observe)
     kind = declare_kind(_broker, jobs.registry)

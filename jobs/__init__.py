@@ -3,25 +3,28 @@
 from jobs import registry, submit
 @registry.kind("render", safe_to_rerun=True)
 def render(ctx, *, recording_id): ...
+registry.bind(broker)          # the process's composition root declares the actors
 job = submit(engine, owner_id="u1", kind="render", payload={"recording_id": "r1"})
 """
 
 from .context import JobContext, ResultTransaction
 from .control import CancelOutcome, CancelResult, cancel, retry, run_now
+from .current import current_job
 from .db import make_engine
 from .errors import (
+    CursorExpired,
     IdempotencyConflict,
     JobCancelled,
     JobError,
     JobNotFound,
     JobNotRetryable,
     JobTimeout,
+    PayloadInvalid,
     SchemaMismatch,
     StaleAttempt,
     UnknownKind,
 )
-from .middleware import JobMiddleware, current_job, install
-from .notify import Notice, hub
+from .execution.binding import JobMiddleware, install
 from .outbox import relay_once
 from .queries import get_job, job_events, list_jobs
 from .records import JobEventRecord, JobRecord
@@ -43,6 +46,7 @@ from .workflows import (
 )
 
 __all__ = [
+    "CursorExpired",
     "CancelOutcome",
     "Extension",
     "CancelResult",
@@ -57,8 +61,8 @@ __all__ = [
     "JobRecord",
     "JobStatus",
     "JobTimeout",
+    "PayloadInvalid",
     "Kind",
-    "Notice",
     "RecoveryReport",
     "Registry",
     "ResultTransaction",
@@ -73,7 +77,6 @@ __all__ = [
     "current_job",
     "extend_workflow",
     "get_job",
-    "hub",
     "install",
     "job_events",
     "list_jobs",

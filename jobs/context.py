@@ -24,8 +24,9 @@ from sqlalchemy.orm import Session
 
 from . import db, events, store
 from .errors import JobCancelled, JobTimeout, StaleAttempt
+from .execution.completer import InlineCompleter
 from .group_commit import hot_write
-from .notify import Notice
+from .transitions import Attempt
 
 logger = logging.getLogger(__name__)
 
@@ -102,6 +103,10 @@ class JobContext:
         self.parent_job_id = job.parent_job_id
         self.lease_ttl_ms = lease_ttl_ms
         self.started_monotonic = time.monotonic()
+        #: The identity every write of this attempt is fenced by.
+        self.execution = Attempt.of(job, started_monotonic=self.started_monotonic)
+        #: The message to settle a success with (set by the binding middleware on the SQLite broker).
+        self.settle_with: Any = None
         self.deadline = self.started_monotonic + job.timeout_s
         self.completed = False
         self.finishing = False
@@ -166,15 +171,12 @@ class JobContext:
             return True
         fraction, message = pending
 
-        def write(tx: db.Tx) -> int | None:
-            seq = store.job_progress_if_current(
+        def write(tx: db.Tx) -> bool:
+            return store.job_progress_if_current(
                 tx.conn, self.job_id, self.attempt, self.worker_id, fraction, message, store.now_ms()
             )
-            if seq is not None:
-                tx.notify(Notice(self.job_id, self.owner_id, "progress", "running", seq))
-            return seq
 
-        written = hot_write(self._engine, write) is not None
+        written = hot_write(self._engine, write)
         with self._progress_lock:
             if written and self._pending_progress is pending:
                 self._pending_progress = None
@@ -205,16 +207,7 @@ class JobContext:
         def write(tx: db.Tx) -> int | None:
             seq = store.job_event_seq_next_if_current(tx.conn, self.job_id, self.attempt, self.worker_id)
             if seq is not None:
-                events.record(
-                    tx,
-                    job_id=self.job_id,
-                    owner_id=self.owner_id,
-                    sequence=seq,
-                    type_=type,
-                    data=data,
-                    status="running",
-                    now=store.now_ms(),
-                )
+                events.record(tx, job_id=self.job_id, sequence=seq, type_=type, data=data, now=store.now_ms())
             return seq
 
         with self._critical():
@@ -292,13 +285,12 @@ class JobContext:
                 session.rollback()
                 return
             with self._critical():
-                now = store.now_ms()
                 result_text = store.dumps(rtx._result)
                 session.flush()
                 self._check_declared_outputs(rtx._result)
                 tx = db.session_tx(session)
                 tx.broker = self._broker
-                if not self._record_success(tx, result_text, now):
+                if not InlineCompleter.complete_in(tx, self.execution, result_text):
                     # cannot happen under the lock taken on entry; kept as the fence of last resort
                     raise self._stale("result_transaction commit")
                 self.finishing = True
@@ -312,30 +304,6 @@ class JobContext:
             lock.release()
 
     # -- internals ----------------------------------------------------------------------------------
-    def _record_success(
-        self, tx: db.Tx, value: str | None, now: int, *, message: str | None = None, workflow_step: bool = True
-    ) -> bool:
-        """running → succeeded (with its status event) inside *tx*; False when the guard matched nothing.
-
-        *message*: this attempt's last progress line not yet written. ``workflow_step=False``: the caller
-        knows the job is no workflow step (see :func:`jobs.events.status_event`)."""
-        seq = store.job_complete_if_current(
-            tx.conn, self.job_id, self.attempt, self.worker_id, value, now, progress_message=message
-        )
-        if seq is None:
-            return False
-        events.status_event(
-            tx,
-            job_id=self.job_id,
-            owner_id=self.owner_id,
-            sequence=seq,
-            status="succeeded",
-            now=now,
-            workflow_step=workflow_step,
-            attempt=self.attempt,
-        )
-        return True
-
     def _not_inside_result_transaction(self, what: str) -> None:
         # On SQLite the result transaction holds the only write lock: a second transaction from this
         # thread would wait for it until the busy timeout. Fail fast with the reason instead.

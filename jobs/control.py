@@ -12,14 +12,16 @@ from sqlalchemy import Engine
 from broker import SQLiteBroker, expedite_delayed
 from settings.environment import Settings
 
-from . import db, events, store
-from .errors import JobNotFound, JobNotRetryable
+from . import db, events, store, transitions
+from .enqueue import retry_key
+from .errors import JobNotFound, JobNotRetryable, UnknownKind
 from .publish import JOB_ID_OPTION, prepare_broker, publish_in_transaction, resolve_broker, same_sqlite_file
 from .records import JobRecord
 from .registry import Registry
 from .registry import registry as default_registry
 from .status import RETRYABLE_STATUSES, JobStatus
-from .submit import retry_key, submit
+from .submit import submit
+from .workflows import retry_workflow
 
 
 class CancelOutcome(StrEnum):
@@ -78,34 +80,12 @@ def cancel(engine: Engine, job_id: str, *, by: str, is_admin: bool = False) -> C
         now = store.now_ms()
         outcome: CancelOutcome
         if job.status == JobStatus.QUEUED:
-            seq = store.job_cancel_queued(tx.conn, job_id, now)
-            assert seq is not None  # under the lock nothing moved it
-            events.status_event(
-                tx, job_id=job_id, owner_id=job.owner_id, sequence=seq, status="cancelled", now=now, by=by
-            )
+            cancelled = transitions.cancel_queued(tx, job, now=now, by=by)
+            assert cancelled  # under the lock nothing moved it
             outcome = CancelOutcome.CANCELLED
         elif job.status == JobStatus.RUNNING:
-            seq = store.job_request_cancel(tx.conn, job_id, now)
-            if seq is None:
-                outcome = CancelOutcome.ALREADY_REQUESTED
-            else:
-                events.record(
-                    tx,
-                    job_id=job_id,
-                    owner_id=job.owner_id,
-                    sequence=seq,
-                    type_="cancel_requested",
-                    data={"by": by},
-                    status="running",
-                    now=now,
-                )
-                outcome = CancelOutcome.REQUESTED
-                if job.worker_id == store.WORKFLOW_WORKER:
-                    from .workflows import cancel_children
-
-                    parent = store.job_get(tx.conn, job_id)
-                    assert parent is not None
-                    cancel_children(tx, parent)
+            requested = transitions.request_cancel(tx, job, now=now, by=by)
+            outcome = CancelOutcome.REQUESTED if requested else CancelOutcome.ALREADY_REQUESTED
         else:
             outcome = CancelOutcome.ALREADY_FINISHED
         after = store.job_get(tx.conn, job_id)
@@ -151,8 +131,6 @@ def retry(
             f"job {job_id} is {job.status}; only failed, cancelled or interrupted jobs can be retried"
         )
     if job.actor_name == "":  # a workflow parent: re-run the steps that did not succeed
-        from .workflows import retry_workflow
-
         return retry_workflow(engine, job_id, by=by, is_admin=is_admin, registry=registry, settings=settings)
     resource = (job.resource_type, job.resource_id) if job.resource_type is not None else None
     return submit(
@@ -207,8 +185,10 @@ def run_now(
     registry = registry or default_registry
 
     def broker_of(kind: str) -> Any:
-        found = registry.find(kind)
-        return found.actor.broker if found is not None and found.actor is not None else resolve_broker(broker)
+        try:
+            return registry.broker_for(kind)
+        except UnknownKind:
+            return resolve_broker(broker)
 
     # Brokers are made ready before the write transaction opens (see prepare_broker).
     with db.read(engine) as conn:
@@ -244,16 +224,7 @@ def run_now(
                     now=now,
                 )
         for job in expedited:
-            events.record(
-                tx,
-                job_id=job.id,
-                owner_id=job.owner_id,
-                sequence=job.sequence,
-                type_="run_now",
-                data={"by": by},
-                status="queued",
-                now=now,
-            )
+            events.record(tx, job_id=job.id, sequence=job.sequence, type_="run_now", data={"by": by}, now=now)
     for b, queues in woken.values():
         b.wake(queues)
     return [j.id for j in expedited]

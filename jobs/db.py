@@ -28,7 +28,7 @@ from sqlalchemy.orm import Session
 from broker.store import process_write_lock
 from settings.environment import DEFAULT_SQLITE_BUSY_TIMEOUT_MS
 
-from .notify import NoticeBuffer, SessionNotices
+from .lifecycle import AfterCommit, AfterCommitBuffer, SessionAfterCommit
 
 #: Execution option that marks a connection's transactions read-only (deferred ``BEGIN`` on SQLite).
 READONLY = "tenure_readonly"
@@ -147,13 +147,13 @@ def writer_lock(engine: Engine) -> Any:
 def write(engine: Engine) -> Iterator[Tx]:
     """A write transaction (``BEGIN IMMEDIATE`` on SQLite), committed when the block exits cleanly.
 
-    Notices raised with :meth:`Tx.notify` are delivered after the commit, dropped on rollback.
+    Work queued with :meth:`Tx.after_commit` runs after the commit and is dropped on rollback.
     """
     with writer_lock(engine), engine.connect() as conn:
-        tx = Tx(conn, NoticeBuffer())
+        tx = Tx(conn, AfterCommitBuffer())
         with conn.begin():
             yield tx
-    tx.notices.deliver()
+    tx.pending.run()
 
 
 @contextmanager
@@ -230,19 +230,21 @@ def fast_read(engine: Engine) -> Iterator[Any]:
 
 
 class Tx:
-    """An open transaction: its connection and the notices to deliver once it commits."""
+    """An open transaction: its connection and the work to run once it commits."""
 
-    __slots__ = ("conn", "notices", "_session", "broker")
+    __slots__ = ("conn", "pending", "_session", "broker")
 
-    def __init__(self, conn: Connection, notices: Any, session: Session | None = None) -> None:
+    def __init__(self, conn: Connection, pending: Any, session: Session | None = None) -> None:
         self.conn = conn
-        self.notices = notices
+        #: An :class:`~jobs.lifecycle.AfterCommitBuffer` (or a Session's): what runs after the commit.
+        self.pending = pending
         self._session = session
         #: The broker for messages this transaction may have to write (workflow steps becoming ready).
         self.broker: Any = None
 
-    def notify(self, notice: Any) -> None:
-        self.notices.add(notice)
+    def after_commit(self, fn: AfterCommit) -> None:
+        """Run *fn* once this transaction has committed (never if it rolls back)."""
+        self.pending.add(fn)
 
     def savepoint(self) -> Any:
         """A nested transaction (SAVEPOINT) as a context manager: rolled back if the block raises."""
@@ -252,5 +254,5 @@ class Tx:
 
 
 def session_tx(session: Session) -> Tx:
-    """A :class:`Tx` inside a caller's Session: nothing is committed here; notices wait for its commit."""
-    return Tx(session.connection(), SessionNotices(session), session)
+    """A :class:`Tx` inside a caller's Session: nothing is committed here; after-commit work waits for its commit."""
+    return Tx(session.connection(), SessionAfterCommit(session), session)

@@ -20,6 +20,17 @@ class JobNotFound(JobError, LookupError):
     """No such job (or it belongs to another owner)."""
 
 
+class PayloadInvalid(JobError, ValueError):
+    """The payload does not fit the kind's schema."""
+
+    def __init__(self, problems: dict[str, list[str]]) -> None:
+        super().__init__(
+            "the payload does not fit this kind: " + "; ".join(f"{k}: {' '.join(v)}" for k, v in problems.items())
+        )
+        #: Field → reasons (``payload`` for the whole document).
+        self.problems = problems
+
+
 class IdempotencyConflict(JobError):
     """This idempotency key was already used for a different request."""
 
@@ -38,6 +49,14 @@ class JobTimeout(JobError):
 
 class JobNotRetryable(JobError):
     """Only failed, cancelled or interrupted jobs can be retried."""
+
+
+class CursorExpired(JobError):
+    """Events after this change cursor were deleted by retention: resync from ``head``."""
+
+    def __init__(self, head: str) -> None:
+        super().__init__(f"cursor expired; head is {head}")
+        self.head = head
 
 
 class SchemaMismatch(JobError):

@@ -12,7 +12,7 @@ Each write still has all-or-nothing semantics of its own: when one raises, the b
 and replayed write by write, each in its own transaction, so only that write fails and its
 exception goes to its caller. A caller returns only after the
 batch holding its write has committed (or failed: then every caller of the batch gets the error and
-its own retry policy applies), and its notices are delivered after that commit — exactly what
+its own retry policy applies), and its after-commit work runs after that commit — exactly what
 :func:`jobs.db.write` promises, so callers cannot tell the difference except by speed.
 """
 
@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 from sqlalchemy import Engine
 
 from .db import Tx, busy_timeout_ms, fast_sqlite, raw_connection, write, writer_lock
-from .notify import NoticeBuffer
+from .lifecycle import AfterCommitBuffer
 
 logger = logging.getLogger(__name__)
 
@@ -46,14 +46,14 @@ class _WriteFailed(Exception):
 
 
 class _Write:
-    __slots__ = ("fn", "done", "result", "error", "notices", "committed")
+    __slots__ = ("fn", "done", "result", "error", "pending", "committed")
 
     def __init__(self, fn: Callable[[Tx], Any]) -> None:
         self.fn = fn
         self.done = threading.Event()
         self.result: Any = None
         self.error: BaseException | None = None
-        self.notices = NoticeBuffer()
+        self.pending = AfterCommitBuffer()
         self.committed = False
 
 
@@ -85,7 +85,7 @@ class GroupCommitter:
         write.done.wait()
         if write.error is not None:
             raise write.error
-        write.notices.deliver()
+        write.pending.run()
         return write.result
 
     # -- the writer thread --------------------------------------------------------------------------
@@ -109,7 +109,7 @@ class GroupCommitter:
                 for write in batch:
                     if write.error is None and not write.committed:
                         write.error = e
-                        write.notices = NoticeBuffer()
+                        write.pending = AfterCommitBuffer()
                 self._reset()
             for write in batch:
                 write.done.set()
@@ -129,7 +129,7 @@ class GroupCommitter:
             # One write raised (rare: a constraint, a bug): its batch was rolled back; run each write
             # in a transaction of its own so only that write fails.
             for write in batch:
-                write.error, write.notices = None, NoticeBuffer()
+                write.error, write.pending = None, AfterCommitBuffer()
                 try:
                     self._transaction(conn, [write])
                 except _WriteFailed:
@@ -143,7 +143,7 @@ class GroupCommitter:
         try:
             for write in batch:
                 try:
-                    write.result = write.fn(Tx(conn, write.notices))  # type: ignore[arg-type]
+                    write.result = write.fn(Tx(conn, write.pending))  # type: ignore[arg-type]
                 except Exception as e:
                     write.error = e
                     raise _WriteFailed() from e

@@ -11,6 +11,10 @@ The CHECKs are the status machine of :mod:`jobs.status`:
 - a running job has ``worker_id`` and ``lease_expires_at``; no other job has either;
 - a queued job has no cancel request (cancelling a queued job cancels it at once);
 - ``0 <= attempt <= max_attempts``.
+
+Revision 0009 adds what a model cannot declare: the ``jobs_status_moves`` trigger (only the moves of
+``jobs.status.ALLOWED``) and the text-search index (SQLite: the ``jobs_search`` FTS5 table;
+PostgreSQL: ``job_search`` with a trigram index), each kept in step by triggers.
 """
 
 from __future__ import annotations
@@ -84,6 +88,8 @@ class Job(Base):
     completed_at: Mapped[int | None] = mapped_column(BigInteger)
     retry_of_job_id: Mapped[str | None] = mapped_column(String(32), ForeignKey("jobs.id"))
     parent_job_id: Mapped[str | None] = mapped_column(String(32), ForeignKey("jobs.id"))
+    #: The kind's short description of the job (its folder, its clip window): shown and searched, never the payload.
+    summary: Mapped[str | None] = mapped_column(String(200))
 
     __table_args__ = (
         CheckConstraint(f"status IN ({STATUSES_SQL})", name="status_known"),
@@ -139,6 +145,10 @@ class JobEvent(Base):
     type: Mapped[str] = mapped_column(String(64))
     data: Mapped[str] = mapped_column(Text)
     created_at: Mapped[int] = mapped_column(BigInteger)
+    #: PostgreSQL only (NULL on SQLite, whose change cursor is the rowid): the writing transaction's id
+    #: and a sequence value, the live feed's change cursor (revision 0009; see jobs.store.event_changes_after).
+    change_xid: Mapped[int | None] = mapped_column(BigInteger)
+    change_id: Mapped[int | None] = mapped_column(BigInteger)
 
     __table_args__ = (CheckConstraint("sequence >= 1", name="sequence_positive"),)
 

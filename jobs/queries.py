@@ -1,26 +1,78 @@
-"""Read-side services for the web layer: list, get and events of jobs an owner may see."""
+"""Read-side services: jobs, pages of jobs, counts, events, activity and the change feed an owner may see.
+
+Every filter is applied in SQL (:mod:`jobs.read_store`): a page is full until the last one, a count
+is exact, at any table size. A caller is an owner (``owner_id``) or an admin (``is_admin``: every
+owner's jobs, optionally filtered by owner).
+"""
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import Engine
 
-from . import db, retention_store, store
-from .errors import JobNotFound
+from . import db, read_store, retention_store, store
+from .errors import CursorExpired, JobNotFound
+from .read_store import JobFilterSQL
 from .records import JobEventRecord, JobRecord
 from .status import JobStatus
 
 #: Most rows one call returns.
 MAX_LIMIT = 500
+#: The largest time a cursor may name (9999-12-31): a later one lies after every job.
+_MAX_MS = 253_402_300_799_000
 
 
-def running_jobs_submitted_before(engine: Engine, before_ms: int) -> int:
-    """How many running jobs were submitted before *before_ms* (ms epoch): e.g. before a settings save."""
-    with db.read(engine) as conn:
-        return store.job_count_running_created_before(conn, before_ms)
+@dataclass(frozen=True)
+class JobFilter:
+    """Which jobs a list, a count or a bulk action is about; every field is optional.
+
+    ``search``: an id prefix, or a case-insensitive substring of the kind, resource, summary or error.
+    ``owner_id``: for admins (an owner sees only their own jobs whatever this says).
+    """
+
+    statuses: tuple[str, ...] = ()
+    kind: str | None = None
+    queue: str | None = None
+    owner_id: str | None = None
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+    search: str | None = None
+    parent_job_id: str | None = None
+
+
+@dataclass(frozen=True)
+class JobPage:
+    items: list[JobRecord]
+    #: Where the next page starts (None: this was the last page).
+    next_cursor: str | None
+
+
+def _ms(dt: datetime) -> int:
+    return round(dt.timestamp() * 1000)
+
+
+def _dt(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, UTC)
+
+
+def _scoped(where: JobFilter, owner_id: str, is_admin: bool) -> JobFilterSQL:
+    for status in where.statuses:
+        JobStatus(status)  # ValueError for an unknown one
+    search = (where.search or "").strip() or None
+    return JobFilterSQL(
+        owner_id=where.owner_id if is_admin else owner_id,
+        statuses=tuple(dict.fromkeys(where.statuses)),
+        kind=where.kind,
+        queue=where.queue,
+        created_after=None if where.created_after is None else _ms(where.created_after),
+        created_before=None if where.created_before is None else _ms(where.created_before),
+        search=search,
+        parent_job_id=where.parent_job_id,
+    )
 
 
 def get_job(engine: Engine, job_id: str, *, owner_id: str, is_admin: bool = False) -> JobRecord:
@@ -41,34 +93,77 @@ def list_jobs(
     *,
     owner_id: str,
     is_admin: bool = False,
-    status: JobStatus | str | None = None,
-    kind: str | None = None,
+    where: JobFilter | None = None,
     before: JobRecord | None = None,
     limit: int = 50,
 ) -> list[JobRecord]:
-    """Jobs newest first: the owner's, or everyone's for an admin.
+    """Matching jobs newest first: the owner's, or everyone's for an admin.
 
     Parameters:
+      where: The filters (default: none).
       before: Continue after this record (keyset pagination).
       limit: At most this many (capped at :data:`MAX_LIMIT`).
 
     Raises:
       ValueError: An unknown status.
     """
-    status_value = JobStatus(status).value if status is not None else None
-    cursor = None
-    if before is not None:
-        cursor = (_ms(before.created_at), before.id)
+    cursor = None if before is None else (_ms(before.created_at), before.id)
     with db.read(engine) as conn:
-        rows = store.job_list(
-            conn,
-            owner_id=None if is_admin else owner_id,
-            status=status_value,
-            kind=kind,
-            before=cursor,
-            limit=max(1, min(limit, MAX_LIMIT)),
+        rows = read_store.job_list(
+            conn, _scoped(where or JobFilter(), owner_id, is_admin), before=cursor, limit=max(1, min(limit, MAX_LIMIT))
         )
     return [JobRecord.from_row(r) for r in rows]
+
+
+def page_jobs(
+    engine: Engine,
+    where: JobFilter,
+    *,
+    owner_id: str,
+    is_admin: bool = False,
+    cursor: str | None = None,
+    limit: int = 50,
+) -> JobPage:
+    """One page of matching jobs newest first, and the cursor of the next (None after the last page).
+
+    Raises:
+      ValueError: An unknown status, or a cursor this function did not return.
+    """
+    limit = max(1, min(limit, MAX_LIMIT))
+    with db.read(engine) as conn:
+        rows = read_store.job_list(
+            conn, _scoped(where, owner_id, is_admin), before=decode_page_cursor(cursor), limit=limit + 1
+        )
+    items = [JobRecord.from_row(r) for r in rows[:limit]]
+    more = len(rows) > limit
+    return JobPage(items, encode_page_cursor(items[-1]) if more else None)
+
+
+def count_jobs(engine: Engine, where: JobFilter, *, owner_id: str, is_admin: bool = False) -> int:
+    """How many jobs match, exactly (a bulk action's dry run)."""
+    with db.read(engine) as conn:
+        return read_store.job_count(conn, _scoped(where, owner_id, is_admin))
+
+
+def encode_page_cursor(record: JobRecord) -> str:
+    return f"{_ms(record.created_at)}.{record.id}"
+
+
+_PAGE_CURSOR = re.compile(r"(\d{1,15})\.([0-9a-zA-Z_-]{0,100})")
+
+
+def decode_page_cursor(cursor: str | None) -> tuple[int, str] | None:
+    """The ``(created_at, id)`` position of a page cursor.
+
+    Raises:
+      ValueError: Not a cursor :func:`page_jobs` returned.
+    """
+    if not cursor:
+        return None
+    match = _PAGE_CURSOR.fullmatch(cursor)
+    if match is None:
+        raise ValueError("malformed cursor: not one this API returned")
+    return min(int(match[1]), _MAX_MS), match[2]
 
 
 def job_events(
@@ -87,17 +182,104 @@ def job_events(
     return [JobEventRecord.from_row(e) for e in events]
 
 
+def running_jobs_submitted_before(engine: Engine, before_ms: int) -> int:
+    """How many running jobs were submitted before *before_ms* (ms epoch): e.g. before a settings save."""
+    with db.read(engine) as conn:
+        return store.job_count_running_created_before(conn, before_ms)
+
+
+# -- activity ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Activity:
+    """Jobs that finished in one bucket (of one queue or kind when grouped); durations in seconds."""
+
+    start: datetime
+    group: str | None
+    succeeded: int
+    failed: int
+    cancelled: int
+    interrupted: int
+    wait_p50_s: float | None
+    run_p50_s: float | None
+    run_p95_s: float | None
+    run_max_s: float | None
+
+
+def activity(
+    engine: Engine,
+    *,
+    since: datetime,
+    bucket_s: int,
+    owner_id: str | None,
+    is_admin: bool = False,
+    until: datetime | None = None,
+    group_by: str | None = None,
+) -> list[Activity]:
+    """Finished jobs per bucket of *bucket_s* seconds from *since* (floored to the minute) to *until*
+    (default: now), grouped by ``queue`` or ``kind`` if asked; every bucket of the window is present
+    (empty ones as zeros). Percentiles are nearest-rank (:mod:`jobs.read_store`).
+
+    Raises:
+      ValueError: ``owner_id`` missing for a non-admin, a non-positive bucket, an unknown grouping.
+    """
+    if owner_id is None and not is_admin:
+        raise ValueError("owner_id is required unless is_admin")
+    if bucket_s <= 0:
+        raise ValueError("bucket_s must be positive")
+    if group_by not in (None, "queue", "kind"):
+        raise ValueError(f"unknown grouping {group_by!r}; queue or kind")
+    start = since.replace(second=0, microsecond=0)
+    end = until or datetime.now(UTC)
+    bucket_ms = bucket_s * 1000
+    with db.read(engine) as conn:
+        rows = read_store.job_activity(
+            conn,
+            since=_ms(start),
+            until=_ms(end) + 1,
+            bucket_ms=bucket_ms,
+            owner_id=owner_id,
+            group_by=group_by,
+        )
+    found = {(r.bucket, r.group): r for r in rows}
+    groups = sorted({r.group for r in rows}, key=lambda g: g or "") or [None]
+    n_buckets = int((_ms(end) - _ms(start)) // bucket_ms) + 1
+    out: list[Activity] = []
+    for b in range(n_buckets):
+        for g in groups:
+            r = found.get((b, g))
+            out.append(
+                Activity(
+                    start=start + timedelta(seconds=b * bucket_s),
+                    group=g,
+                    succeeded=r.succeeded if r else 0,
+                    failed=r.failed if r else 0,
+                    cancelled=r.cancelled if r else 0,
+                    interrupted=r.interrupted if r else 0,
+                    wait_p50_s=_s(r.wait_p50_ms) if r else None,
+                    run_p50_s=_s(r.run_p50_ms) if r else None,
+                    run_p95_s=_s(r.run_p95_ms) if r else None,
+                    run_max_s=_s(r.run_max_ms) if r else None,
+                )
+            )
+    return out
+
+
+def _s(ms: int | None) -> float | None:
+    return None if ms is None else ms / 1000
+
+
+# -- the change feed ---------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class JobChange:
-    """One entry of the global change feed: which job, which of its events, and the job's state.
+    """One entry of the change feed: which job, which of its events, and the job's state.
 
-    ``id`` is global and increases in commit order (a cursor any process can resume from);
+    ``cursor`` is this entry's position (a cursor any web process on any host resumes from);
     ``sequence``/``type`` name the job's event; ``status`` is the status the event recorded (for
     ``status`` events) or the job's current one; ``progress``/``progress_message`` are the job's
     current values. Never the payload, event data, paths or worker internals.
     """
 
-    id: int
+    cursor: str
     job_id: str
     owner_id: str
     sequence: int
@@ -110,44 +292,66 @@ class JobChange:
 
 @dataclass(frozen=True)
 class ChangePage:
-    """What :func:`changes_after` returns (unpacks as ``items, oldest_retained_id, head_id``)."""
-
     items: list[JobChange]
-    #: Every event from this id on is still stored (0: none): the oldest stored id, or one past the
-    #: highest id retention deleted. A cursor below ``oldest_retained_id - 1`` may have lost events.
-    oldest_retained_id: int
-    #: The newest id when read (0: none); when fewer than *limit* items came back, every id up to it
-    #: was examined, so a caller may advance its cursor there (past other owners' changes).
-    head_id: int
+    #: Where to resume: after the last item, or — when fewer than *limit* came back — after everything
+    #: examined (past other owners' changes).
+    cursor: str
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
-        return iter((self.items, self.oldest_retained_id, self.head_id))
+
+class CursorUnknown(ValueError):
+    """A change cursor this database never handed out (another database, or a reset one)."""
+
+    def __init__(self, head: str) -> None:
+        super().__init__(f"unknown change cursor; head is {head}")
+        self.head = head
+
+
+def _encode(position: tuple[int, int]) -> str:
+    return str(position[0]) if position[1] == 0 else f"{position[0]}.{position[1]}"
+
+
+def _decode(cursor: str) -> tuple[int, int]:
+    a, dot, b = cursor.partition(".")
+    if not a.isdigit() or len(a) > 19 or (dot and (not b.isdigit() or len(b) > 19)):
+        raise ValueError("malformed change cursor")
+    return int(a), int(b) if dot else 0
+
+
+def change_head(engine: Engine) -> str:
+    """The cursor after every change visible now (where a new subscriber starts)."""
+    with db.read(engine) as conn:
+        return _encode(read_store.head_position(conn))
 
 
 def changes_after(
-    engine: Engine, after_id: int, *, owner_id: str | None = None, is_admin: bool = False, limit: int = 100
+    engine: Engine, cursor: str, *, owner_id: str | None = None, is_admin: bool = False, limit: int = 100
 ) -> ChangePage:
-    """The global, commit-ordered change feed: events with id ``> after_id`` the caller may see.
+    """The commit-ordered change feed after *cursor*: the events the caller may see, oldest first.
 
-    Admins (``is_admin``) see every job's changes; others only *owner_id*'s. Oldest first, at most
-    *limit* (capped at :data:`MAX_LIMIT`).
+    Admins see every job's changes; others only *owner_id*'s. Gap-free and duplicate-free across web
+    processes and hosts (see :func:`jobs.read_store.event_changes_after`).
 
     Raises:
-      NotImplementedError: The database is not SQLite.
+      ValueError: A malformed cursor.
+      CursorUnknown: A cursor after the head (not one this database handed out).
+      CursorExpired: Retention deleted events after the cursor: resync (``head``) instead of resuming.
     """
     if not is_admin and owner_id is None:
         raise ValueError("owner_id is required unless is_admin")
+    position = _decode(cursor)
     with db.read(engine) as conn:
-        rows, oldest, newest = store.event_changes_after(
-            conn, max(0, after_id), None if is_admin else owner_id, max(1, min(limit, MAX_LIMIT))
+        head = read_store.head_position(conn)
+        if position > head:
+            raise CursorUnknown(_encode(head))
+        if position < retention_store.pruned_position(conn):
+            raise CursorExpired(_encode(head))
+        rows, end = read_store.event_changes_after(
+            conn, position, None if is_admin else owner_id, max(1, min(limit, MAX_LIMIT))
         )
-        # Retention deletes events of old jobs anywhere below the newest id: a cursor below the
-        # highest deleted id may have skipped one, so that is where "retained" starts for a resume.
-        pruned = retention_store.pruned_through(conn)
-    return ChangePage([_change(r) for r in rows], max(oldest, pruned + 1) if pruned else oldest, newest)
+    return ChangePage([_change(r) for r in rows], _encode(end))
 
 
-def _change(r: store.ChangeRow) -> JobChange:
+def _change(r: read_store.ChangeRow) -> JobChange:
     status = r.status
     if r.type == "status":
         try:
@@ -155,7 +359,7 @@ def _change(r: store.ChangeRow) -> JobChange:
         except (ValueError, AttributeError):
             pass
     return JobChange(
-        id=r.id,
+        cursor=_encode(r.position),
         job_id=r.job_id,
         owner_id=r.owner_id,
         sequence=r.sequence,
@@ -163,43 +367,5 @@ def _change(r: store.ChangeRow) -> JobChange:
         status=status,
         progress=r.progress,
         progress_message=r.progress_message,
-        created_at=datetime.fromtimestamp(r.created_at / 1000, tz=UTC),
+        created_at=_dt(r.created_at),
     )
-
-
-def _ms(dt: datetime) -> int:
-    return round(dt.timestamp() * 1000)
-
-
-@dataclass(frozen=True)
-class FinishedJob:
-    """When a finished job was created, started and finished (for throughput and latency charts)."""
-
-    status: str
-    created_at: datetime
-    started_at: datetime | None
-    completed_at: datetime
-
-
-def finished_since(
-    engine: Engine, since: datetime, *, owner_id: str | None, is_admin: bool = False, limit: int = 200_000
-) -> list[FinishedJob]:
-    """Jobs that finished at or after *since*, oldest first: the owner's, or everyone's for an admin
-    (``owner_id=None`` requires ``is_admin``). One indexed query, however many jobs exist before *since*."""
-    if owner_id is None and not is_admin:
-        raise ValueError("owner_id is required unless is_admin")
-    with db.read(engine) as conn:
-        rows = store.job_finished_since(conn, _ms(since), None if is_admin and owner_id is None else owner_id, limit)
-    return [
-        FinishedJob(
-            status=status,
-            created_at=_dt(created),
-            started_at=_dt(started) if started is not None else None,
-            completed_at=_dt(completed),
-        )
-        for status, created, started, completed in rows
-    ]
-
-
-def _dt(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, UTC)

@@ -26,6 +26,7 @@ class JobRecord:
     id: str
     owner_id: str
     kind: str
+    queue: str
     status: JobStatus
     resource_type: str | None
     resource_id: str | None
@@ -44,6 +45,8 @@ class JobRecord:
     completed_at: datetime | None
     retry_of_job_id: str | None
     parent_job_id: str | None
+    #: The kind's summary of the job (see :attr:`jobs.registry.Kind.summary`).
+    summary: str | None = None
     created: bool = False
 
     @property
@@ -56,6 +59,7 @@ class JobRecord:
             id=row.id,
             owner_id=row.owner_id,
             kind=row.kind,
+            queue=row.queue_name,
             status=JobStatus(row.status),
             resource_type=row.resource_type,
             resource_id=row.resource_id,
@@ -74,6 +78,7 @@ class JobRecord:
             completed_at=_dt(row.completed_at),
             retry_of_job_id=row.retry_of_job_id,
             parent_job_id=row.parent_job_id,
+            summary=row.summary,
             created=created,
         )
 

@@ -9,8 +9,10 @@ An expired running job becomes:
 - ``interrupted`` with a review hint otherwise: a kind with external effects is never replayed
   automatically.
 
-Each decision is one guarded UPDATE that still requires the expired lease and the attempt/worker
-that were read, so recovery racing a late heartbeat, a claim or another recovery changes nothing twice.
+Each decision is one transition (:func:`jobs.transitions.recover`, :func:`jobs.transitions.interrupt`)
+whose guarded UPDATE still requires the expired lease and the attempt/worker that were read, so
+recovery racing a late heartbeat, a claim or another recovery changes nothing twice. Its status event
+says what happened: ``reason: lease expired``, the attempt, and the worker and host that lost it.
 Called at worker start, periodically by workers, by the scheduler's resync, and for one job by a
 claim that finds it expired.
 """
@@ -19,25 +21,19 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
 
 from dramatiq.broker import Broker
 from sqlalchemy import Engine
 
 from broker import SQLiteBroker
 
-from . import db, events, store
-from .publish import prepare_broker, publish_in_transaction, resolve_broker, same_sqlite_file
+from . import db, store, transitions
+from .publish import prepare_broker, resolve_broker, same_sqlite_file
 
 logger = logging.getLogger(__name__)
 
 #: Jobs handled per recovery transaction.
 RECOVERY_BATCH = 100
-INTERRUPTED_HINT = (
-    "Interrupted: the worker was lost while this job was running. It may have had external effects, so it "
-    "was not re-run automatically; review it and retry it if needed."
-)
-LOST_LAST_ATTEMPT = "The worker running the last attempt was lost."
 
 
 @dataclass(frozen=True)
@@ -102,48 +98,11 @@ def recover_in(tx: db.Tx, broker: Broker, now: int, *, limit: int, job_id: str |
     queues = sorted(broker.queues) if in_file and isinstance(broker, SQLiteBroker) else None
     counts = {"requeued": 0, "cancelled": 0, "interrupted": 0, "failed": 0}
     for job in store.job_list_expired(conn, now, limit, job_id=job_id, queues=queues):
-        outcome, seq, data = _recover_one(tx, broker, job, now)
-        if seq is None:
+        if not job.safe_to_rerun and not job.cancel_requested:
+            if transitions.interrupt(tx, job, now=now):
+                counts["interrupted"] += 1
             continue
-        counts[outcome] += 1
-        status = {"requeued": "queued"}.get(outcome, outcome)
-        events.status_event(
-            tx,
-            job_id=job.id,
-            owner_id=job.owner_id,
-            sequence=seq,
-            status=status,
-            now=now,
-            reason="lease expired",
-            **data,
-        )
+        outcome = transitions.recover(tx, job, now=now, broker=broker)
+        if outcome is not None:
+            counts[outcome] += 1
     return RecoveryReport(**counts)
-
-
-def _recover_one(tx: db.Tx, broker: Broker, job: store.ExpiredJob, now: int) -> tuple[str, int | None, dict[str, Any]]:
-    conn = tx.conn
-    if job.cancel_requested:
-        return (
-            "cancelled",
-            store.job_recover_finish(conn, job.id, job.attempt, job.worker_id, "cancelled", None, now),
-            {},
-        )
-    if not job.safe_to_rerun:
-        seq = store.job_recover_finish(conn, job.id, job.attempt, job.worker_id, "interrupted", INTERRUPTED_HINT, now)
-        return "interrupted", seq, {"attempt": job.attempt}
-    if job.attempt >= job.max_attempts:
-        seq = store.job_recover_finish(conn, job.id, job.attempt, job.worker_id, "failed", LOST_LAST_ATTEMPT, now)
-        return "failed", seq, {"attempt": job.attempt}
-    seq = store.job_recover_requeue(conn, job.id, job.attempt, job.worker_id, now)
-    if seq is not None:
-        publish_in_transaction(
-            conn,
-            broker,
-            job_id=job.id,
-            actor_name=job.actor_name,
-            queue_name=job.queue_name,
-            priority=job.priority,
-            delay_ms=0,
-            now=now,
-        )
-    return "requeued", seq, {"attempt": job.attempt}

@@ -1,36 +1,47 @@
-"""Job kinds: a Dramatiq actor name plus the policy the job layer applies to it.
+"""Job kinds: a name, the function that runs it, its payload schema, and the policy the job layer applies.
 
-    from jobs import registry
+    from jobs import payloads, registry
 
-    @registry.kind("render", queue="render", safe_to_rerun=True, never_retry=(ValueError,))
+    @registry.kind("render", queue="render", safe_to_rerun=True, never_retry=(ValueError,),
+                   payload=payloads.schema("Render", recording_id=payloads.field("string", "Recording", required=True)),
+                   summary=lambda p: p["recording_id"])
     def render(ctx: JobContext, *, recording_id: str) -> dict: ...
 
-Declaring a kind declares a Dramatiq actor whose function runs the job (see
-:mod:`jobs.middleware`): the job's own retry policy applies, never Dramatiq's ``Retries`` (the
-actor has ``max_retries=0`` and never raises to Dramatiq).
+Declaring a kind records it and nothing more: no broker is touched. :meth:`Registry.bind` (called by
+the process's composition root, e.g. ``tasks.compose``) declares one Dramatiq actor per job kind on
+the broker; the actor's body runs the job bound to its thread (:mod:`jobs.current`). The job's own
+retry policy applies, never Dramatiq's ``Retries`` (the actor has ``max_retries=0`` and never raises
+to Dramatiq).
 """
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import dramatiq
 from dramatiq.broker import Broker
 
+from . import current
 from .errors import UnknownKind
+from .payloads import PayloadSchema, any_object
+
+logger = logging.getLogger(__name__)
 
 #: Backoff of attempt *n* (1-based), before jitter: ``min(BACKOFF_CAP_S, 2 ** n)`` seconds.
 BACKOFF_CAP_S = 30.0
 #: Jitter: the delay is multiplied by a uniform factor in ``[1 - JITTER, 1 + JITTER]``.
 JITTER = 0.2
-#: What a workflow kind shows as its queue: its parent is driven by its steps and is on no queue.
+#: The queue of a workflow kind's parent: it is driven by its steps and is on no broker queue.
 WORKFLOW_QUEUE = "workflow"
 #: Dramatiq's TimeLimit must never fire on a job actor: the job layer enforces ``timeout_s`` itself.
 ACTOR_TIME_LIMIT_MS = 10 * 365 * 24 * 3600 * 1000
+#: Longest summary stored with a job.
+MAX_SUMMARY_CHARS = 200
 
 
 def default_backoff(attempt: int) -> float:
@@ -55,6 +66,11 @@ class Kind:
       timeout_s: Default per-attempt limit for this kind (None: the settings' default).
       workflow: A workflow kind (:meth:`Registry.workflow`): ``fn(request, **payload)`` returns the
         workflow's steps; submitting it creates a workflow parent and no Dramatiq actor runs it.
+      payload: The payload's schema (title, fields, checks): submit validates with it, the API and
+        the UI describe the kind from it.
+      summary: ``summary(payload) -> str | None``: a short line saying which job this is (the import
+        folder, the clip window), stored at submit, shown in lists and searchable. The payload itself
+        is never shown.
     """
 
     name: str
@@ -65,16 +81,38 @@ class Kind:
     never_retry: tuple[type[BaseException], ...] = ()
     max_attempts: int | None = None
     timeout_s: int | None = None
-    actor: Any = field(default=None, compare=False)
     workflow: bool = False
+    payload: PayloadSchema | None = None
+    summary: Callable[[dict[str, Any]], str | None] | None = None
+    priority: int = 0
+
+    @property
+    def schema(self) -> PayloadSchema:
+        return self.payload or any_object(self.name.replace("_", " ").capitalize())
+
+    def summarize(self, payload: dict[str, Any]) -> str | None:
+        """This kind's summary of *payload* (a validated one), at most :data:`MAX_SUMMARY_CHARS`."""
+        if self.summary is None:
+            return None
+        try:
+            text = self.summary(payload)
+        except Exception:  # a summary is a convenience: never the reason a submit fails
+            logger.warning("The summary of a %s job could not be made.", self.name, exc_info=True)
+            return None
+        if not text:
+            return None
+        text = " ".join(str(text).split())
+        return text if len(text) <= MAX_SUMMARY_CHARS else text[: MAX_SUMMARY_CHARS - 1] + "…"
 
 
 class Registry:
-    """Kinds by name (one per process by default: :data:`registry`)."""
+    """Kinds by name (one per process by default: :data:`registry`) and the actors that run them."""
 
     def __init__(self) -> None:
         self._kinds: dict[str, Kind] = {}
-        self._lock = threading.Lock()
+        self._actors: dict[str, Any] = {}
+        self._broker: Broker | None = None
+        self._lock = threading.RLock()
 
     def kind(
         self,
@@ -87,15 +125,17 @@ class Registry:
         max_attempts: int | None = None,
         timeout_s: int | None = None,
         priority: int = 0,
+        payload: PayloadSchema | None = None,
+        summary: Callable[[dict[str, Any]], str | None] | None = None,
         broker: Broker | None = None,
     ) -> Callable[[Callable[..., Any]], Kind]:
-        """Decorator declaring a job kind and its Dramatiq actor.
+        """Decorator declaring a job kind.
 
         Parameters:
           name: Kind (and actor) name; default: the function's name.
-          queue, safe_to_rerun, backoff, never_retry, max_attempts, timeout_s: See :class:`Kind`.
+          queue, safe_to_rerun, backoff, never_retry, max_attempts, timeout_s, payload, summary: See :class:`Kind`.
           priority: Dramatiq actor priority (worker-local ordering).
-          broker: The broker of the actor (default: Dramatiq's global broker).
+          broker: Declare its actor on this broker now (default: when the registry is bound, :meth:`bind`).
 
         Raises:
           ValueError: The name is already registered to another function.
@@ -105,23 +145,8 @@ class Registry:
         """
 
         def decorator(fn: Callable[..., Any]) -> Kind:
-            kind_name = name or fn.__name__
-            from .middleware import run_current_job  # the actor body; imported late to avoid a cycle
-
-            def actor_fn() -> None:
-                run_current_job()
-
-            actor_fn.__name__ = kind_name
-            target = broker or dramatiq.get_broker()
-            # Only options the broker's middleware knows (Dramatiq refuses others): no Retries on
-            # top of the job's own policy, and no TimeLimit under the job's own timeout.
-            wanted = {"max_retries": 0, "time_limit": ACTOR_TIME_LIMIT_MS}
-            options = {k: v for k, v in wanted.items() if k in target.actor_options}
-            actor = dramatiq.actor(
-                actor_fn, actor_name=kind_name, queue_name=queue, priority=priority, broker=target, **options
-            )
             k = Kind(
-                name=kind_name,
+                name=name or fn.__name__,
                 fn=fn,
                 queue=queue,
                 safe_to_rerun=safe_to_rerun,
@@ -129,38 +154,91 @@ class Registry:
                 never_retry=tuple(never_retry),
                 max_attempts=max_attempts,
                 timeout_s=timeout_s,
-                actor=actor,
+                payload=payload,
+                summary=summary,
+                priority=priority,
             )
-            self.add(k)
+            self.add(k, broker=broker)
             return k
 
         return decorator
 
-    def workflow(self, name: str | None = None) -> Callable[[Callable[..., Any]], Kind]:
+    def workflow(
+        self,
+        name: str | None = None,
+        *,
+        payload: PayloadSchema | None = None,
+        summary: Callable[[dict[str, Any]], str | None] | None = None,
+    ) -> Callable[[Callable[..., Any]], Kind]:
         """Decorator declaring a workflow kind: submitting it (from any entry point) creates a workflow.
 
         ``fn(request, **payload)`` gets a :class:`jobs.workflows.WorkflowRequest` and the payload and
         returns the workflow's first steps (:class:`jobs.workflows.Step`); a step may add more while it
-        completes (:func:`jobs.workflows.extend_workflow`). The payload's fields are ``fn``'s keyword
-        parameters, exactly as for a job kind, so forms and validation work the same.
+        completes (:func:`jobs.workflows.extend_workflow`).
 
         Raises:
           ValueError: The name is already registered to another function.
         """
 
         def decorator(fn: Callable[..., Any]) -> Kind:
-            k = Kind(name=name or fn.__name__, fn=fn, queue=WORKFLOW_QUEUE, safe_to_rerun=True, workflow=True)
+            k = Kind(
+                name=name or fn.__name__,
+                fn=fn,
+                queue=WORKFLOW_QUEUE,
+                safe_to_rerun=True,
+                workflow=True,
+                payload=payload,
+                summary=summary,
+            )
             self.add(k)
             return k
 
         return decorator
 
-    def add(self, kind: Kind) -> None:
+    def add(self, kind: Kind, *, broker: Broker | None = None) -> None:
         with self._lock:
             existing = self._kinds.get(kind.name)
             if existing is not None and existing.fn is not kind.fn:
                 raise ValueError(f"job kind {kind.name!r} is already registered")
             self._kinds[kind.name] = kind
+            target = broker or self._broker
+            if target is not None and not kind.workflow:
+                self._declare(kind, target)
+
+    def bind(self, broker: Broker) -> None:
+        """Declare the actor of every job kind (and of any kind added later) on *broker*. Idempotent; a
+        process that composes itself anew (a test) binds its kinds to the new broker."""
+        with self._lock:
+            self._broker = broker
+            for kind in self._kinds.values():
+                actor = self._actors.get(kind.name)
+                if not kind.workflow and (actor is None or actor.broker is not broker):
+                    self._declare(kind, broker)
+
+    def _declare(self, kind: Kind, broker: Broker) -> None:
+        def actor_fn() -> None:
+            current.run_bound()
+
+        actor_fn.__name__ = kind.name
+        # Only options the broker's middleware knows (Dramatiq refuses others): no Retries on top of the
+        # job's own policy, and no TimeLimit under the job's own timeout.
+        wanted = {"max_retries": 0, "time_limit": ACTOR_TIME_LIMIT_MS}
+        options = {k: v for k, v in wanted.items() if k in broker.actor_options}
+        self._actors[kind.name] = dramatiq.actor(
+            actor_fn, actor_name=kind.name, queue_name=kind.queue, priority=kind.priority, broker=broker, **options
+        )
+
+    def broker_for(self, name: str) -> Broker:
+        """The broker that runs kind *name*.
+
+        Raises:
+          UnknownKind: No such kind, or no broker runs it (the registry was never bound).
+        """
+        actor = self._actors.get(name)
+        if actor is None:
+            self.get(name)
+            raise UnknownKind(f"job kind {name!r} is declared but not bound to a broker (Registry.bind)")
+        return actor.broker
 
     def get(self, name: str) -> Kind:
         """The kind called *name*.
@@ -184,6 +262,7 @@ class Registry:
     def remove(self, name: str) -> None:
         with self._lock:
             self._kinds.pop(name, None)
+            self._actors.pop(name, None)
 
 
 #: The process-wide registry.

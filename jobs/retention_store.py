@@ -15,7 +15,7 @@ Index use: candidates come from ``ix_jobs_status_completed`` (revision 0007, par
 jobs only), members from ``ix_jobs_parent``, references from ``ix_jobs_retry_of`` and
 ``ix_job_dependencies_depends_on``, events by their primary key ``(job_id, sequence)``, outbox rows
 by ``ix_outbox_job`` (0007) and ``ix_outbox_pending``. ``retention_marks`` (0007) records the
-highest event rowid deleted, for the live feed (:func:`pruned_through`).
+change-feed position of the newest event deleted, for the live feed (:func:`pruned_position`).
 
 Every id list is bound as one expanding parameter; callers keep lists at most a batch long.
 """
@@ -131,28 +131,47 @@ def _newest_guard(conn: Connection, alias: str) -> str:
     return f" AND {alias}.rowid < (SELECT max(rowid) FROM job_events)"
 
 
-#: The highest ``job_events`` rowid retention deleted (``retention_marks``; SQLite only).
+#: The position (:mod:`jobs.read_store`) of the newest event retention deleted (``retention_marks``):
+#: SQLite's rowid; PostgreSQL's change xid and id.
 PRUNED_THROUGH = "job_events.pruned_through"
+PRUNED_XID, PRUNED_ID = "job_events.pruned_xid", "job_events.pruned_id"
 
 
-def pruned_through(conn: Connection) -> int:
-    """The highest ``job_events`` rowid retention has deleted (0: none).
+def pruned_position(conn: Connection) -> tuple[int, int]:
+    """The change-feed position of the newest event retention has deleted (``(0, 0)``: none).
 
-    A live-feed cursor below it may have skipped a deleted event: the feed reports it as the oldest
-    retained position so such a client resyncs rather than resuming over a silent gap.
+    A live-feed cursor below it may have skipped a deleted event: the feed reports it as expired so
+    such a client resyncs rather than resuming over a silent gap.
     """
-    row = conn.execute(text("SELECT value FROM retention_marks WHERE name = :n"), {"n": PRUNED_THROUGH}).first()
-    return 0 if row is None else int(row[0])
-
-
-def _raise_pruned_through(conn: Connection, rowid: int) -> None:
-    conn.execute(
-        text(
-            "INSERT INTO retention_marks (name, value) VALUES (:n, :v) "
-            "ON CONFLICT (name) DO UPDATE SET value = max(retention_marks.value, excluded.value)"
-        ),
-        {"n": PRUNED_THROUGH, "v": rowid},
+    names = [PRUNED_THROUGH] if conn.dialect.name == "sqlite" else [PRUNED_XID, PRUNED_ID]
+    rows = dict(
+        conn.execute(
+            text("SELECT name, value FROM retention_marks WHERE name IN :names").bindparams(
+                bindparam("names", expanding=True)
+            ),
+            {"names": names},
+        ).all()
     )
+    values = [int(rows.get(name, 0)) for name in names]
+    return (values[0], 0) if len(values) == 1 else (values[0], values[1])
+
+
+def _raise_pruned(conn: Connection, position: tuple[int, int]) -> None:
+    if position <= pruned_position(conn):
+        return
+    marks = (
+        {PRUNED_THROUGH: position[0]}
+        if conn.dialect.name == "sqlite"
+        else dict(zip((PRUNED_XID, PRUNED_ID), position, strict=True))
+    )
+    for name, value in marks.items():
+        conn.execute(
+            text(
+                "INSERT INTO retention_marks (name, value) VALUES (:n, :v) "
+                "ON CONFLICT (name) DO UPDATE SET value = excluded.value"
+            ),
+            {"n": name, "v": value},
+        )
 
 
 def delete_events(conn: Connection, job_ids: Sequence[str], limit: int, *, finished_before: int | None = None) -> int:
@@ -160,8 +179,8 @@ def delete_events(conn: Connection, job_ids: Sequence[str], limit: int, *, finis
 
     Without *finished_before*: every event (their jobs are about to be deleted). With it (event
     retention): only of jobs finished before then, and never a job's last event, so a kept job
-    keeps the record of how it ended. On SQLite the highest rowid deleted raises
-    :func:`pruned_through` in the same transaction.
+    keeps the record of how it ended. The newest position deleted raises :func:`pruned_position` in the
+    same transaction.
     """
     if not job_ids:
         return 0
@@ -172,13 +191,19 @@ def delete_events(conn: Connection, job_ids: Sequence[str], limit: int, *, finis
     )
     params = {"ids": list(job_ids), "limit": limit, "before": finished_before}
     if conn.dialect.name != "sqlite":
-        sql = f"DELETE FROM job_events WHERE (job_id, sequence) IN (SELECT e.job_id, e.sequence {where})"
-        return int(conn.execute(_ids(sql, "ids"), params).rowcount)
+        sql = (
+            "DELETE FROM job_events WHERE (job_id, sequence) IN (SELECT e.job_id, e.sequence "
+            f"{where}) RETURNING change_xid, change_id"
+        )
+        deleted_positions = [(int(x or 0), int(i or 0)) for x, i in conn.execute(_ids(sql, "ids"), params)]
+        if deleted_positions:
+            _raise_pruned(conn, max(deleted_positions))
+        return len(deleted_positions)
     rowids = [int(r[0]) for r in conn.execute(_ids(f"SELECT e.rowid {where}", "ids"), params)]
     if not rowids:
         return 0
     deleted = conn.execute(_ids("DELETE FROM job_events WHERE rowid IN :rowids", "rowids"), {"rowids": rowids})
-    _raise_pruned_through(conn, max(rowids))
+    _raise_pruned(conn, (max(rowids), 0))
     return int(deleted.rowcount)
 
 

@@ -1,9 +1,13 @@
-"""The job status machine (also drawn in docs/jobs.md and enforced by CHECKs in jobs/models.py).
+"""The job status machine, written down three times: here (the enum and :data:`ALLOWED`), drawn in
+docs/jobs.md, and enforced by the database (CHECKs in jobs/models.py, the ``jobs_status_moves`` and
+``jobs_finished_frozen`` triggers of revision 0009).
 
 queued ──claim──► running ──► succeeded | failed | cancelled
    ▲                 │  └──► interrupted   (lease expired on an unsafe kind)
    └──retry/recover──┘
-queued ──cancel──► cancelled
+queued ──cancel──► cancelled           queued ──no handler──► failed
+
+Every move is one function of :mod:`jobs.transitions`; nothing else changes a job's status.
 """
 
 from __future__ import annotations
@@ -39,3 +43,21 @@ class JobStatus(StrEnum):
 TERMINAL_STATUSES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.INTERRUPTED})
 #: Statuses a manual retry may start from.
 RETRYABLE_STATUSES = frozenset({JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.INTERRUPTED})
+
+
+S = JobStatus
+#: Every status move a job may make, and the transition (:mod:`jobs.transitions`) that makes it. The
+#: database refuses any other move, and any update of a finished job.
+ALLOWED: frozenset[tuple[JobStatus, JobStatus]] = frozenset(
+    {
+        (S.QUEUED, S.RUNNING),  # claim; start_workflow
+        (S.QUEUED, S.CANCELLED),  # cancel_queued
+        (S.QUEUED, S.FAILED),  # fail_queued (no worker can run its kind)
+        (S.RUNNING, S.RUNNING),  # claim of a safe job whose lease expired (the next attempt takes over)
+        (S.RUNNING, S.SUCCEEDED),  # complete; finish_workflow
+        (S.RUNNING, S.FAILED),  # fail; recover (last attempt lost); finish_workflow
+        (S.RUNNING, S.CANCELLED),  # cancel_running (a checkpoint honoured the request); recover; finish_workflow
+        (S.RUNNING, S.QUEUED),  # requeue_for_retry; recover (a safe kind's lease expired)
+        (S.RUNNING, S.INTERRUPTED),  # interrupt (an unsafe kind's lease expired)
+    }
+)

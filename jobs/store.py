@@ -10,7 +10,9 @@ Tables (see ``jobs/models.py`` and ``migrations/``):
   gap-free (a rolled-back transaction rolls the counter back too).
 - ``idempotency`` — ``(owner_id, kind, key) → (request_digest, job_id)``.
 - ``outbox`` — broker messages to publish after commit when the broker is not SQLite on the same file.
-- ``job_dependencies`` — workflow edges (reserved for workflows).
+- ``job_dependencies`` — workflow edges.
+
+The read side (lists, search, counts, activity, the change feed) is :mod:`jobs.read_store`.
 
 Invariants the queries keep (CHECKs enforce the static ones, see ``jobs/models.py``):
 
@@ -37,11 +39,6 @@ from typing import Any
 
 from sqlalchemy import Connection, bindparam, text
 
-from .status import TERMINAL_STATUSES
-
-#: Statuses whose rows have ``completed_at`` (the schema's CHECK constraint).
-_TERMINAL = frozenset(str(s) for s in TERMINAL_STATUSES)
-
 #: The execution guard shared by every write an attempt makes.
 CURRENT = "id = :id AND status = 'running' AND attempt = :attempt AND worker_id = :worker"
 
@@ -59,9 +56,9 @@ def dumps(value: Any) -> str:
     return _ENCODER.encode(value)
 
 
-def _for_update(conn: Connection, *, skip_locked: bool = False) -> str:
+def _for_update(conn: Connection | sqlite3.Connection, *, skip_locked: bool = False) -> str:
     # SQLite has no row locks: its callers already hold the database write lock (BEGIN IMMEDIATE).
-    if conn.dialect.name == "postgresql":
+    if getattr(getattr(conn, "dialect", None), "name", "sqlite") == "postgresql":
         return " FOR UPDATE SKIP LOCKED" if skip_locked else " FOR UPDATE"
     return ""
 
@@ -70,7 +67,7 @@ JOB_COLUMNS = (
     "id, owner_id, kind, actor_name, queue_name, resource_type, resource_id, idempotency_key, request_digest, "
     "payload, config, priority, status, attempt, max_attempts, timeout_s, safe_to_rerun, worker_id, "
     "lease_expires_at, run_after, progress, progress_message, result, error, cancel_requested_at, event_seq, "
-    "created_at, updated_at, started_at, completed_at, retry_of_job_id, parent_job_id"
+    "created_at, updated_at, started_at, completed_at, retry_of_job_id, parent_job_id, summary"
 )
 
 
@@ -110,6 +107,7 @@ class JobRow:
     completed_at: int | None
     retry_of_job_id: str | None
     parent_job_id: str | None
+    summary: str | None
 
 
 @dataclass(frozen=True)
@@ -125,6 +123,8 @@ class EventRow:
 class ExpiredJob:
     id: str
     owner_id: str
+    kind: str
+    parent_job_id: str | None
     actor_name: str
     queue_name: str
     priority: int
@@ -196,10 +196,10 @@ def job_insert(conn: Connection, row: dict[str, Any]) -> None:
         _q(
             "INSERT INTO jobs (id, owner_id, kind, actor_name, queue_name, resource_type, resource_id, "
             "idempotency_key, request_digest, payload, config, priority, status, attempt, max_attempts, timeout_s, "
-            "safe_to_rerun, run_after, event_seq, created_at, updated_at, retry_of_job_id, parent_job_id) VALUES "
-            "(:id, :owner_id, :kind, :actor_name, :queue_name, :resource_type, :resource_id, :idempotency_key, "
+            "safe_to_rerun, run_after, event_seq, created_at, updated_at, retry_of_job_id, parent_job_id, summary) "
+            "VALUES (:id, :owner_id, :kind, :actor_name, :queue_name, :resource_type, :resource_id, :idempotency_key, "
             ":request_digest, :payload, :config, :priority, 'queued', 0, :max_attempts, :timeout_s, :safe_to_rerun, "
-            ":run_after, 1, :created_at, :created_at, :retry_of_job_id, :parent_job_id)"
+            ":run_after, 1, :created_at, :created_at, :retry_of_job_id, :parent_job_id, :summary)"
         ),
         row,
     )
@@ -213,44 +213,6 @@ def job_get_for_update(conn: Connection, job_id: str) -> JobRow | None:
     """The job, row-locked on PostgreSQL until the transaction ends."""
     sql = f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = :id" + _for_update(conn)
     return _job(conn.execute(_q(sql), {"id": job_id}).fetchone())
-
-
-def job_list(
-    conn: Connection,
-    *,
-    owner_id: str | None,
-    status: str | None,
-    kind: str | None,
-    before: tuple[int, str] | None,
-    limit: int,
-) -> list[JobRow]:
-    """Jobs newest first; ``owner_id=None`` lists every owner's; ``before`` is a (created_at, id) cursor."""
-    # Only the filters in use appear in the SQL: PostgreSQL cannot type a parameter that is only
-    # ever compared with NULL, and a plain predicate uses the (owner_id, created_at) index.
-    where = ["1 = 1"]
-    params: dict[str, Any] = {"limit": limit}
-    if owner_id is not None:
-        where.append("owner_id = :owner")
-        params["owner"] = owner_id
-    if status is not None:
-        # One owner's jobs come from the owner's index (``+status`` keeps SQLite's planner, which has no
-        # statistics, off the status indexes: one user's few jobs among millions of that status).
-        plain = owner_id is None or conn.dialect.name != "sqlite"
-        where.append("status = :status" if plain else "+status = :status")
-        params["status"] = status
-        if status in _TERMINAL:
-            # Implied by the status (a CHECK constraint); spelled out so ix_jobs_finished_created applies.
-            where.append("completed_at IS NOT NULL")
-    if kind is not None:
-        where.append("kind = :kind")
-        params["kind"] = kind
-    if before is not None:
-        # A row value, not "a < x OR (a = x AND b < y)": both engines turn it into an index range, where
-        # the OR made SQLite walk the index from the newest job to the cursor on every page.
-        where.append("(created_at, id) < (:b_created, :b_id)")
-        params["b_created"], params["b_id"] = before
-    sql = f"SELECT {JOB_COLUMNS} FROM jobs WHERE {' AND '.join(where)} ORDER BY created_at DESC, id DESC LIMIT :limit"
-    return [r for r in map(_job, conn.execute(_q(sql), params).fetchall()) if r is not None]
 
 
 def job_count_running_created_before(conn: Connection, before_ms: int) -> int:
@@ -359,10 +321,13 @@ def job_check_current(
     return (False, False) if row is None else (True, row[0] is not None)
 
 
-def job_check_current_for_update(conn: Connection, job_id: str, attempt: int, worker: str) -> tuple[bool, bool]:
+def job_check_current_for_update(
+    conn: Connection | sqlite3.Connection, job_id: str, attempt: int, worker: str
+) -> tuple[bool, bool]:
     """As :func:`job_check_current`, row-locked on PostgreSQL (SQLite callers hold the write lock)."""
-    row = conn.execute(
-        _q(f"SELECT cancel_requested_at FROM jobs WHERE {CURRENT}" + _for_update(conn)),
+    row = _exec(
+        conn,
+        f"SELECT cancel_requested_at FROM jobs WHERE {CURRENT}" + _for_update(conn),
         {"id": job_id, "attempt": attempt, "worker": worker},
     ).fetchone()
     return (False, False) if row is None else (True, row[0] is not None)
@@ -376,17 +341,17 @@ def job_progress_if_current(
     fraction: float | None,
     message: str | None,
     now: int,
-) -> int | None:
-    """Record progress; returns the job's current event sequence, or None when stale."""
-    row = _exec(
+) -> bool:
+    """Record progress; False when this attempt is no longer current (nothing was written)."""
+    cur = _exec(
         conn,
         (
             "UPDATE jobs SET progress = coalesce(:fraction, progress), progress_message = :message, "
-            f"updated_at = :now WHERE {CURRENT} RETURNING event_seq"
+            f"updated_at = :now WHERE {CURRENT}"
         ),
         {"id": job_id, "attempt": attempt, "worker": worker, "fraction": fraction, "message": message, "now": now},
-    ).fetchone()
-    return None if row is None else int(row[0])
+    )
+    return cur.rowcount == 1
 
 
 def job_event_seq_next_if_current(
@@ -398,6 +363,18 @@ def job_event_seq_next_if_current(
         (f"UPDATE jobs SET event_seq = event_seq + 1 WHERE {CURRENT} RETURNING event_seq"),
         {"id": job_id, "attempt": attempt, "worker": worker},
     ).fetchone()
+    return None if row is None else int(row[0])
+
+
+#: Every status move's UPDATE: ``{sets}`` are the move's own columns, ``{guard}`` the state it starts
+#: from; each move also stamps ``updated_at`` and reserves the sequence of its status event.
+_MOVE = "UPDATE jobs SET {sets}, updated_at = :now, event_seq = event_seq + 1 WHERE {guard} RETURNING event_seq"
+#: The columns every move into a final status sets (the CHECKs: no lease, a completion time).
+_FINISH = "status = :status, worker_id = NULL, lease_expires_at = NULL, completed_at = :now"
+
+
+def _move(conn: Connection | sqlite3.Connection, sets: str, guard: str, params: dict[str, Any]) -> int | None:
+    row = _exec(conn, _MOVE.format(sets=sets, guard=guard), params).fetchone()
     return None if row is None else int(row[0])
 
 
@@ -414,17 +391,21 @@ def job_complete_if_current(
 
     *progress_message*, when given, is the attempt's last status line not yet written (see
     ``JobContext.progress``)."""
-    row = _exec(
+    return _move(
         conn,
-        (
-            "UPDATE jobs SET status = 'succeeded', result = :result, error = NULL, progress = 1.0, "
-            "progress_message = coalesce(:message, progress_message), "
-            "worker_id = NULL, lease_expires_at = NULL, completed_at = :now, updated_at = :now, "
-            f"event_seq = event_seq + 1 WHERE {CURRENT} AND cancel_requested_at IS NULL RETURNING event_seq"
-        ),
-        {"id": job_id, "attempt": attempt, "worker": worker, "result": result, "now": now, "message": progress_message},
-    ).fetchone()
-    return None if row is None else int(row[0])
+        _FINISH + ", result = :result, error = NULL, progress = 1.0, progress_message = coalesce(:message, "
+        "progress_message)",
+        f"{CURRENT} AND cancel_requested_at IS NULL",
+        {
+            "id": job_id,
+            "attempt": attempt,
+            "worker": worker,
+            "status": "succeeded",
+            "result": result,
+            "now": now,
+            "message": progress_message,
+        },
+    )
 
 
 def job_finish_if_current(
@@ -437,71 +418,50 @@ def job_finish_if_current(
     now: int,
 ) -> int | None:
     """running → failed or cancelled (by the execution itself); returns the status event's sequence."""
-    row = _exec(
+    return _move(
         conn,
-        (
-            "UPDATE jobs SET status = :status, error = :error, worker_id = NULL, lease_expires_at = NULL, "
-            f"completed_at = :now, updated_at = :now, event_seq = event_seq + 1 WHERE {CURRENT} RETURNING event_seq"
-        ),
+        _FINISH + ", error = :error",
+        CURRENT,
         {"id": job_id, "attempt": attempt, "worker": worker, "status": status, "error": error, "now": now},
-    ).fetchone()
-    return None if row is None else int(row[0])
-
-
-def job_fail_if_current(conn: Connection, job_id: str, attempt: int, worker: str, error: str, now: int) -> int | None:
-    return job_finish_if_current(conn, job_id, attempt, worker, "failed", error, now)
+    )
 
 
 def job_requeue_for_retry(
     conn: Connection, job_id: str, attempt: int, worker: str, error: str, run_after: int, now: int
 ) -> int | None:
     """running → queued for the next attempt (not when out of attempts or cancel-requested)."""
-    row = conn.execute(
-        _q(
-            "UPDATE jobs SET status = 'queued', error = :error, worker_id = NULL, lease_expires_at = NULL, "
-            "run_after = :run_after, updated_at = :now, event_seq = event_seq + 1 "
-            f"WHERE {CURRENT} AND attempt < max_attempts AND cancel_requested_at IS NULL RETURNING event_seq"
-        ),
+    return _move(
+        conn,
+        "status = 'queued', error = :error, worker_id = NULL, lease_expires_at = NULL, run_after = :run_after",
+        f"{CURRENT} AND attempt < max_attempts AND cancel_requested_at IS NULL",
         {"id": job_id, "attempt": attempt, "worker": worker, "error": error, "run_after": run_after, "now": now},
-    ).fetchone()
-    return None if row is None else int(row[0])
+    )
 
 
 # -- jobs: control (cancel, unknown kinds) ----------------------------------------------------------
 def job_cancel_queued(conn: Connection, job_id: str, now: int) -> int | None:
     """queued → cancelled at once; returns the status event's sequence."""
-    row = conn.execute(
-        _q(
-            "UPDATE jobs SET status = 'cancelled', completed_at = :now, updated_at = :now, "
-            "event_seq = event_seq + 1 WHERE id = :id AND status = 'queued' RETURNING event_seq"
-        ),
-        {"id": job_id, "now": now},
-    ).fetchone()
-    return None if row is None else int(row[0])
+    return _move(conn, _FINISH, "id = :id AND status = 'queued'", {"id": job_id, "status": "cancelled", "now": now})
 
 
 def job_request_cancel(conn: Connection, job_id: str, now: int) -> int | None:
     """Mark a running job's cancel request (first request wins); returns the event's sequence."""
-    row = conn.execute(
-        _q(
-            "UPDATE jobs SET cancel_requested_at = :now, updated_at = :now, event_seq = event_seq + 1 "
-            "WHERE id = :id AND status = 'running' AND cancel_requested_at IS NULL RETURNING event_seq"
-        ),
+    return _move(
+        conn,
+        "cancel_requested_at = :now",
+        "id = :id AND status = 'running' AND cancel_requested_at IS NULL",
         {"id": job_id, "now": now},
-    ).fetchone()
-    return None if row is None else int(row[0])
+    )
 
 
 def job_fail_queued(conn: Connection, job_id: str, error: str, now: int) -> int | None:
     """queued → failed without running (a message for a kind this worker cannot run)."""
-    row = conn.execute(
-        _q(
-            "UPDATE jobs SET status = 'failed', error = :error, completed_at = :now, updated_at = :now, "
-            "event_seq = event_seq + 1 WHERE id = :id AND status = 'queued' RETURNING event_seq"
-        ),
-        {"id": job_id, "error": error, "now": now},
-    ).fetchone()
-    return None if row is None else int(row[0])
+    return _move(
+        conn,
+        _FINISH + ", error = :error",
+        "id = :id AND status = 'queued'",
+        {"id": job_id, "status": "failed", "error": error, "now": now},
+    )
 
 
 # -- jobs: recovery of expired leases ----------------------------------------------------------------
@@ -513,8 +473,8 @@ def job_list_expired(
     Row-locked, skipping rows another transaction holds, on PostgreSQL.
     """
     sql = (
-        "SELECT id, owner_id, actor_name, queue_name, priority, attempt, max_attempts, worker_id, safe_to_rerun, "
-        "cancel_requested_at IS NOT NULL FROM jobs WHERE status = 'running' AND lease_expires_at < :now"
+        "SELECT id, owner_id, kind, parent_job_id, actor_name, queue_name, priority, attempt, max_attempts, worker_id, "
+        "safe_to_rerun, cancel_requested_at IS NOT NULL FROM jobs WHERE status = 'running' AND lease_expires_at < :now"
     )
     params: dict[str, Any] = {"now": now, "limit": limit}
     if job_id is not None:
@@ -531,36 +491,29 @@ def job_list_expired(
             stmt = stmt.bindparams(bindparam("queues", expanding=True))
         _SQL[sql] = stmt
     rows = conn.execute(stmt, params).fetchall()
-    return [ExpiredJob(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], bool(r[8]), bool(r[9])) for r in rows]
+    return [ExpiredJob(*r[:10], bool(r[10]), bool(r[11])) for r in rows]
 
 
 def job_recover_requeue(conn: Connection, job_id: str, attempt: int, worker: str, now: int) -> int | None:
     """Expired running → queued (next attempt on the next claim); guarded on the expired lease."""
-    row = conn.execute(
-        _q(
-            "UPDATE jobs SET status = 'queued', worker_id = NULL, lease_expires_at = NULL, run_after = :now, "
-            "updated_at = :now, event_seq = event_seq + 1 "
-            f"WHERE {CURRENT} AND lease_expires_at < :now AND cancel_requested_at IS NULL "
-            "AND attempt < max_attempts RETURNING event_seq"
-        ),
+    return _move(
+        conn,
+        "status = 'queued', worker_id = NULL, lease_expires_at = NULL, run_after = :now",
+        f"{CURRENT} AND lease_expires_at < :now AND cancel_requested_at IS NULL AND attempt < max_attempts",
         {"id": job_id, "attempt": attempt, "worker": worker, "now": now},
-    ).fetchone()
-    return None if row is None else int(row[0])
+    )
 
 
 def job_recover_finish(
-    conn: Connection, job_id: str, attempt: int, worker: str, status: str, error: str, now: int
+    conn: Connection, job_id: str, attempt: int, worker: str, status: str, error: str | None, now: int
 ) -> int | None:
     """Expired running → cancelled / interrupted / failed; guarded on the expired lease."""
-    row = conn.execute(
-        _q(
-            "UPDATE jobs SET status = :status, error = :error, worker_id = NULL, lease_expires_at = NULL, "
-            "completed_at = :now, updated_at = :now, event_seq = event_seq + 1 "
-            f"WHERE {CURRENT} AND lease_expires_at < :now RETURNING event_seq"
-        ),
+    return _move(
+        conn,
+        _FINISH + ", error = :error",
+        f"{CURRENT} AND lease_expires_at < :now",
         {"id": job_id, "attempt": attempt, "worker": worker, "status": status, "error": error, "now": now},
-    ).fetchone()
-    return None if row is None else int(row[0])
+    )
 
 
 # -- events ------------------------------------------------------------------------------------------
@@ -598,54 +551,6 @@ def event_list_after(conn: Connection, job_id: str, after: int, limit: int) -> l
         {"id": job_id, "after": after, "limit": limit},
     ).fetchall()
     return [EventRow(*r) for r in rows]
-
-
-@dataclass(frozen=True)
-class ChangeRow:
-    """One row of the global change feed: an event with its global id and its job's current state."""
-
-    id: int
-    job_id: str
-    owner_id: str
-    sequence: int
-    type: str
-    data: str
-    status: str
-    progress: float | None
-    progress_message: str | None
-    created_at: int
-
-
-def event_changes_after(
-    conn: Connection, after_id: int, owner_id: str | None, limit: int
-) -> tuple[list[ChangeRow], int, int]:
-    """Events with a global id ``> after_id`` (oldest first), plus the oldest and newest ids retained.
-
-    The global id is SQLite's ``rowid`` of ``job_events``: SQLite runs one write transaction at a
-    time and allocates rowids inside it, so ids grow in commit order and a reader's snapshot always
-    holds a prefix of them (no later-committing smaller id can appear behind a cursor). Retention
-    (``jobs.retention``) deletes old rows but never the newest one, so SQLite (which allocates
-    max(rowid) + 1) never hands out an id a cursor has passed; a cursor older than the pruned range is
-    told so through ``oldest_id``. Rows are read up to the newest id
-    of the same snapshot, so ``newest`` is a safe position to resume from when fewer than *limit*
-    rows come back. Returns ``(rows, oldest_id, newest_id)``; both ids are 0 when there are no events.
-
-    Raises:
-      NotImplementedError: On PostgreSQL (no commit-ordered id without a migration; see docs/api.md).
-    """
-    if conn.dialect.name != "sqlite":
-        raise NotImplementedError("the global change feed needs SQLite (rowid order is commit order)")
-    oldest, newest = conn.execute(_q("SELECT coalesce(min(rowid), 0), coalesce(max(rowid), 0) FROM job_events")).one()
-    owner_filter = " AND j.owner_id = :owner" if owner_id is not None else ""
-    rows = conn.execute(
-        _q(
-            "SELECT e.rowid, e.job_id, j.owner_id, e.sequence, e.type, e.data, j.status, j.progress, "
-            "j.progress_message, e.created_at FROM job_events e JOIN jobs j ON j.id = e.job_id "
-            f"WHERE e.rowid > :after AND e.rowid <= :newest{owner_filter} ORDER BY e.rowid LIMIT :limit"
-        ),
-        {"after": after_id, "newest": newest, "owner": owner_id, "limit": limit},
-    ).fetchall()
-    return [ChangeRow(*r) for r in rows], int(oldest), int(newest)
 
 
 # -- idempotency -------------------------------------------------------------------------------------
@@ -743,28 +648,22 @@ WORKFLOW_LEASE = 2**62
 
 def job_workflow_start(conn: Connection, parent_id: str, now: int) -> int | None:
     """A new workflow parent: queued → running (coordinated by its steps, not leased)."""
-    row = conn.execute(
-        _q(
-            "UPDATE jobs SET status = 'running', attempt = 1, worker_id = :worker, lease_expires_at = :lease, "
-            "started_at = :now, updated_at = :now, event_seq = event_seq + 1 "
-            "WHERE id = :id AND status = 'queued' RETURNING event_seq"
-        ),
+    return _move(
+        conn,
+        "status = 'running', attempt = 1, worker_id = :worker, lease_expires_at = :lease, started_at = :now",
+        "id = :id AND status = 'queued'",
         {"id": parent_id, "worker": WORKFLOW_WORKER, "lease": WORKFLOW_LEASE, "now": now},
-    ).fetchone()
-    return None if row is None else int(row[0])
+    )
 
 
 def job_workflow_finish(
     conn: Connection, parent_id: str, status: str, result: str | None, error: str | None, now: int
 ) -> int | None:
     """A running workflow parent → succeeded / failed / cancelled."""
-    row = conn.execute(
-        _q(
-            "UPDATE jobs SET status = :status, result = :result, error = :error, worker_id = NULL, "
-            "lease_expires_at = NULL, completed_at = :now, updated_at = :now, event_seq = event_seq + 1, "
-            "progress = coalesce(:progress, progress) "
-            "WHERE id = :id AND status = 'running' AND worker_id = :worker RETURNING event_seq"
-        ),
+    return _move(
+        conn,
+        _FINISH + ", result = :result, error = :error, progress = coalesce(:progress, progress)",
+        "id = :id AND status = 'running' AND worker_id = :worker",
         {
             "id": parent_id,
             "status": status,
@@ -774,8 +673,7 @@ def job_workflow_finish(
             "worker": WORKFLOW_WORKER,
             "progress": 1.0 if status == "succeeded" else None,
         },
-    ).fetchone()
-    return None if row is None else int(row[0])
+    )
 
 
 def job_workflow_progress(conn: Connection, parent_id: str, fraction: float, now: int) -> None:
@@ -907,20 +805,3 @@ def job_run_now(conn: Connection, job_id: str, now: int) -> ExpeditedJob | None:
         {"id": job_id, "now": now},
     ).fetchone()
     return None if row is None else ExpeditedJob(*row)
-
-
-# -- activity ----------------------------------------------------------------------------------------
-def job_finished_since(conn: Connection, since: int, owner_id: str | None, limit: int) -> list[tuple[Any, ...]]:
-    """``(status, created_at, started_at, completed_at)`` of jobs finished at or after *since*, oldest
-    first (range scans of the finished-jobs index per status)."""
-    owner = " AND owner_id = :owner" if owner_id is not None else ""
-    return list(
-        conn.execute(
-            _q(
-                "SELECT status, created_at, started_at, completed_at FROM jobs "
-                "WHERE status IN ('succeeded', 'failed', 'cancelled', 'interrupted') "
-                f"AND completed_at IS NOT NULL AND completed_at >= :since{owner} ORDER BY completed_at LIMIT :limit"
-            ),
-            {"since": since, "owner": owner_id, "limit": limit},
-        ).fetchall()
-    )

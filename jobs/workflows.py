@@ -37,20 +37,17 @@ from sqlalchemy.orm import Session
 
 from settings.environment import Settings, current_settings
 
-from . import db, events, store
-from .errors import JobCancelled, JobNotFound, JobNotRetryable
-from .notify import Notice
-from .publish import prepare_broker, publish_in_transaction, resolve_broker
+from . import dag, db, events, store, transitions
+from .dag import REUSED_KEY, STEP_KEY
+from .enqueue import insert, new_job_row, request_digest, retry_key
+from .errors import JobCancelled, JobNotFound, JobNotRetryable, PayloadInvalid
+from .publish import prepare_broker, publish_in_transaction
 from .records import JobRecord
-from .registry import Kind, Registry
+from .registry import WORKFLOW_QUEUE, Kind, Registry
 from .registry import registry as default_registry
 from .status import JobStatus
-from .submit import _submit_in, new_job_row, request_digest, retry_key
 
-#: Config key naming a step inside its workflow.
-STEP_KEY = "workflow_step"
-#: Config key of a retried workflow: steps reused from the workflow it retries.
-REUSED_KEY = "workflow_reused_steps"
+__all__ = ["REUSED_KEY", "STEP_KEY"]
 
 
 @dataclass(frozen=True)
@@ -120,10 +117,6 @@ def _step_from(described: Mapping[str, Any]) -> Step:
     )
 
 
-def _step_name(row: store.JobRow) -> str:
-    return json.loads(row.config).get(STEP_KEY, row.id)
-
-
 def _check_dag(steps: Sequence[Step]) -> list[Step]:
     """Validate names and edges; returns the steps in a topological order.
 
@@ -172,6 +165,7 @@ def submit_workflow(
     reused: Mapping[str, str] | None = None,
     request: Mapping[str, Any] | None = None,
     delay: float | timedelta | None = None,
+    summary: str | None = None,
 ) -> JobRecord:
     """Create a workflow: its parent job, its steps and their dependencies, in one transaction.
 
@@ -187,6 +181,7 @@ def submit_workflow(
         the same steps).
       delay: Seconds (or a timedelta) before the first steps may start; the workflow shows running
         meanwhile, its first steps queued with that wait.
+      summary: The parent's summary line (a workflow kind's :meth:`~jobs.registry.Kind.summarize`).
 
     Raises:
       ValueError: An invalid DAG (duplicate names, unknown dependency, cycle) or no steps.
@@ -213,7 +208,7 @@ def submit_workflow(
         owner_id=owner_id,
         kind=name,
         actor_name="",
-        queue_name="",
+        queue_name=WORKFLOW_QUEUE,
         safe_to_rerun=False,
         payload=payload,
         resource=resource,
@@ -225,15 +220,14 @@ def submit_workflow(
         config={**snapshot, REUSED_KEY: reused} if reused else snapshot,
         retry_of_job_id=retry_of_job_id,
         digest=request_digest(name, dict(request) if request is not None else {"steps": description}, resource),
+        summary=summary,
     )
     for k in {id(k): k for k in kinds.values()}.values():
-        prepare_broker(k.actor.broker, k.queue)
+        prepare_broker(registry.broker_for(k.name), k.queue)
 
     def add_steps(tx: db.Tx, parent_row: dict[str, Any]) -> None:
         now = store.now_ms()
-        seq = store.job_workflow_start(tx.conn, parent_row["id"], now)
-        assert seq is not None
-        events.status_event(tx, job_id=parent_row["id"], owner_id=owner_id, sequence=seq, status="running", now=now)
+        transitions.start_workflow(tx, parent_row["id"], now=now)
         _insert_steps(
             tx,
             parent_id=parent_row["id"],
@@ -244,6 +238,7 @@ def submit_workflow(
             kinds=kinds,
             ids=dict(reused),
             settings=settings,
+            registry=registry,
             now=now,
             delay=delay,
         )
@@ -252,15 +247,25 @@ def submit_workflow(
             store.job_workflow_progress(tx.conn, parent_row["id"], fraction, now)
 
     if isinstance(target, Session):
-        return _submit_in(db.session_tx(target), parent, None, 0, after_insert=add_steps)
+        return insert(db.session_tx(target), parent, None, 0, after_insert=add_steps)
     with db.write(target) as tx:
-        return _submit_in(tx, parent, None, 0, after_insert=add_steps)
+        return insert(tx, parent, None, 0, after_insert=add_steps)
 
 
 def _step_kind(registry: Registry, step: Step) -> Kind:
+    """The kind of *step*, whose payload it checks.
+
+    Raises:
+      UnknownKind: No such kind.
+      ValueError: A workflow kind (a step must be a job kind).
+      PayloadInvalid: The step's payload does not fit its kind (fields named ``<step>.<field>``).
+    """
     kind = registry.get(step.kind)
     if kind.workflow:
         raise ValueError(f"step {step.name!r}: {step.kind!r} is a workflow kind; a step must be a job kind")
+    problems = kind.schema.problems(dict(step.payload))
+    if problems:
+        raise PayloadInvalid({f"{step.name}.{name}": reasons for name, reasons in problems.items()})
     return kind
 
 
@@ -275,6 +280,7 @@ def _insert_steps(
     kinds: Mapping[str, Kind],
     ids: dict[str, str],
     settings: Settings,
+    registry: Registry,
     now: int,
     delay: float | timedelta | None = None,
 ) -> dict[str, str]:
@@ -286,8 +292,8 @@ def _insert_steps(
         row = new_job_row(
             owner_id=owner_id,
             kind=k.name,
-            actor_name=k.actor.actor_name,
-            queue_name=k.actor.queue_name,
+            actor_name=k.name,
+            queue_name=k.queue,
             safe_to_rerun=k.safe_to_rerun,
             payload=step.payload,
             resource=resource,
@@ -298,16 +304,17 @@ def _insert_steps(
             timeout_s=step.timeout_s or k.timeout_s or settings.job_timeout_s,
             config={**snapshot, **dict(step.config), STEP_KEY: step.name},
             parent_job_id=parent_id,
+            summary=k.summarize(dict(step.payload)),
         )
         ids[step.name] = row["id"]
         store.job_insert(tx.conn, row)
-        events.status_event(tx, job_id=row["id"], owner_id=owner_id, sequence=1, status="queued", now=now)
+        events.status_event(tx, job_id=row["id"], sequence=1, status="queued", now=now)
         for dep in step.depends_on:
             store.dependency_insert(tx.conn, row["id"], ids[dep])
         if store.dependency_unmet_count(tx.conn, row["id"]) == 0:
             publish_in_transaction(
                 tx.conn,
-                k.actor.broker,
+                registry.broker_for(k.name),
                 job_id=row["id"],
                 actor_name=row["actor_name"],
                 queue_name=row["queue_name"],
@@ -355,6 +362,7 @@ def submit_workflow_kind(
         retry_of_job_id=retry_of_job_id,
         request=request,
         delay=delay,
+        summary=kind.summarize(request),
     )
 
 
@@ -403,7 +411,7 @@ def extend_workflow(
         raise JobCancelled()
     config = json.loads(parent.config)
     children = store.job_children(conn, parent.id)
-    ids: dict[str, str] = {**config.get(REUSED_KEY, {}), **{_step_name(c): c.id for c in children}}
+    ids: dict[str, str] = {**config.get(REUSED_KEY, {}), **{dag.step_name(c): c.id for c in children}}
     taken = sorted(s.name for s in steps if s.name in ids)
     if taken:
         raise ValueError(f"the workflow already has steps named {', '.join(taken)}")
@@ -424,6 +432,7 @@ def extend_workflow(
         kinds=kinds,
         ids=ids,
         settings=settings,
+        registry=registry,
         now=now,
     )
     payload = json.loads(parent.payload)
@@ -433,116 +442,14 @@ def extend_workflow(
     events.record(
         wtx,
         job_id=parent.id,
-        owner_id=parent.owner_id,
         sequence=seq,
         type_="workflow_extended",
-        data={"by": _step_name(me), "steps": [s.name for s in steps]},
-        status="running",
+        data={"by": dag.step_name(me), "steps": [s.name for s in steps]},
         now=now,
     )
-    _update_progress(wtx, parent, store.job_children(conn, parent.id), now)
+    progress = dag.aggregate_progress(store.job_children(conn, parent.id), len(dag.reused_steps(parent)))
+    store.job_workflow_progress(conn, parent.id, progress, now)
     return Extension(parent.id, ids)
-
-
-def _aggregate_progress(children: Sequence[store.JobRow], reused: int = 0) -> float:
-    """The mean of the steps' progress, a finished step counting 1, and so does each of the *reused*
-    steps a retry took over from the workflow it retries (they are part of this run, done already)."""
-    if not children and not reused:
-        return 0.0
-    total = sum(1.0 if JobStatus(c.status).terminal else min(1.0, max(0.0, c.progress or 0.0)) for c in children)
-    return round((total + reused) / (len(children) + reused), 4)
-
-
-def _update_progress(tx: db.Tx, parent: store.JobRow, children: Sequence[store.JobRow], now: int) -> None:
-    reused = len(json.loads(parent.config).get(REUSED_KEY, {}))
-    store.job_workflow_progress(tx.conn, parent.id, _aggregate_progress(children, reused), now)
-    tx.notify(Notice(parent.id, parent.owner_id, "progress", "running", parent.event_seq))
-
-
-def on_job_finished(tx: db.Tx, job_id: str, status: str) -> None:
-    """Move the workflow of step *job_id* on, inside the transaction that gave the step its final status."""
-    conn = tx.conn
-    parent_id = store.job_workflow_parent_id(conn, job_id)
-    if parent_id is None:
-        return
-    parent = store.job_get_for_update(conn, parent_id)  # serialises the steps of one workflow
-    if parent is None or parent.status != JobStatus.RUNNING or parent.worker_id != store.WORKFLOW_WORKER:
-        return
-    now = store.now_ms()
-    cancel_requested = parent.cancel_requested_at is not None
-    if status == JobStatus.SUCCEEDED and not cancel_requested:
-        broker = tx.broker or resolve_broker(None)
-        for step in store.dependency_ready_dependents(conn, job_id):
-            publish_in_transaction(
-                conn,
-                broker,
-                job_id=step.id,
-                actor_name=step.actor_name,
-                queue_name=step.queue_name,
-                priority=step.priority,
-                delay_ms=0,
-                now=now,
-            )
-    children = store.job_children(conn, parent_id)
-    done = [c for c in children if JobStatus(c.status).terminal]
-    if all(c.status == JobStatus.SUCCEEDED for c in children):
-        reused = json.loads(parent.config).get(REUSED_KEY, {})
-        steps = {**reused, **{_step_name(c): c.id for c in children}}
-        _finish_parent(tx, parent, "succeeded", store.dumps({"steps": steps}), None, now)
-        return
-    _update_progress(tx, parent, children, now)
-    if status != JobStatus.SUCCEEDED and not cancel_requested:
-        step = next(c for c in children if c.id == job_id)
-        error = f"step {_step_name(step)} {status}" + (f": {step.error}" if step.error else "")
-        _finish_parent(tx, parent, "failed", None, error[:500], now)
-        _stop_steps(tx, children, now)
-    elif cancel_requested and len(done) == len(children):
-        _finish_parent(tx, parent, "cancelled", None, None, now)
-
-
-def _finish_parent(
-    tx: db.Tx, parent: store.JobRow, status: str, result: str | None, error: str | None, now: int
-) -> None:
-    seq = store.job_workflow_finish(tx.conn, parent.id, status, result, error, now)
-    if seq is not None:
-        data = {"error": error} if error else {}
-        events.status_event(
-            tx, job_id=parent.id, owner_id=parent.owner_id, sequence=seq, status=status, now=now, **data
-        )
-
-
-def _stop_steps(tx: db.Tx, children: list[store.JobRow], now: int) -> None:
-    """Cancel the queued steps and ask the running ones to stop (fail-fast, or the parent's cancel)."""
-    for child in children:
-        if child.status == JobStatus.QUEUED:
-            seq = store.job_cancel_queued(tx.conn, child.id, now)
-            if seq is not None:
-                events.status_event(
-                    tx, job_id=child.id, owner_id=child.owner_id, sequence=seq, status="cancelled", now=now,
-                    reason="workflow stopped",
-                )  # fmt: skip
-        elif child.status == JobStatus.RUNNING:
-            seq = store.job_request_cancel(tx.conn, child.id, now)
-            if seq is not None:
-                events.record(
-                    tx,
-                    job_id=child.id,
-                    owner_id=child.owner_id,
-                    sequence=seq,
-                    type_="cancel_requested",
-                    data={"by": "workflow"},
-                    status="running",
-                    now=now,
-                )
-
-
-def cancel_children(tx: db.Tx, parent: store.JobRow) -> None:
-    """The parent's cancel request reaches its steps; the parent ends cancelled once none runs."""
-    now = store.now_ms()
-    children = store.job_children(tx.conn, parent.id)
-    _stop_steps(tx, children, now)
-    if all(JobStatus(c.status).terminal for c in store.job_children(tx.conn, parent.id)):
-        _finish_parent(tx, parent, "cancelled", None, None, now)
 
 
 def workflow_steps(engine: Engine, parent_id: str, *, owner_id: str, is_admin: bool = False) -> list[JobRecord]:
@@ -590,7 +497,7 @@ def retry_workflow(
     if any(not JobStatus(c.status).terminal for c in children):
         raise JobNotRetryable(f"workflow {parent_id} still has running steps; retry once they have stopped")
     payload = json.loads(parent.payload)
-    succeeded = {_step_name(c): c.id for c in children if c.status == JobStatus.SUCCEEDED}
+    succeeded = {dag.step_name(c): c.id for c in children if c.status == JobStatus.SUCCEEDED}
     previously_reused = json.loads(parent.config).get(REUSED_KEY, {})
     reused = {**previously_reused, **succeeded}
     # The description includes the steps earlier steps added (extend_workflow); a step that did not
@@ -609,6 +516,7 @@ def retry_workflow(
         retry_of_job_id=parent.id,
         reused=reused,
         request=payload.get("request"),
+        summary=parent.summary,
     )
 
 
@@ -631,7 +539,7 @@ def workflow_graph(engine: Engine, parent_id: str, *, owner_id: str, is_admin: b
             if row is not None:
                 rows[row.id] = row
         edges = store.dependency_list(conn, parent_id) + store.dependency_list_of_jobs(conn, list(reused.values()))
-    names = {**{job_id: name for name, job_id in reused.items()}, **{c.id: _step_name(c) for c in children}}
+    names = {**{job_id: name for name, job_id in reused.items()}, **{c.id: dag.step_name(c) for c in children}}
     after: dict[str, list[str]] = {}
     for job_id, dep in edges:
         after.setdefault(job_id, []).append(names.get(dep, dep))

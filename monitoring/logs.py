@@ -30,7 +30,8 @@ import uuid
 from collections.abc import Mapping
 from typing import Any, TextIO
 
-from jobs.middleware import OBSERVED, lifecycle_observers
+from jobs.lifecycle import OBSERVED
+from jobs.lifecycle import observers as lifecycle_observers
 
 from . import metrics as m
 

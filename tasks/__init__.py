@@ -1,54 +1,83 @@
-"""Tenure's actors and the worker processes' composition root.
+"""Tenure's actors, and :func:`compose`, the composition root of every process that runs them.
 
-``dramatiq tasks`` (workers), ``periodiq tasks`` (scheduler) and the web app import this module:
-it reads :class:`Settings` from the ``TENURE_*`` environment once, builds the broker
-(``TENURE_BROKER_URL``: the SQLite file by default, Redis or RabbitMQ for a fleet), installs the
-middleware in the order that matters — the job binding first, schedules before any periodic actor
-is declared, metrics last — and then imports the actor modules so they declare themselves on that
-broker. Tests configure it with environment variables, exactly like production.
+Importing this package (or any module in it) reads no environment and builds no broker: the actor
+modules declare their job kinds in the job layer's registry, nothing more. A process composes itself
+by calling :func:`compose` — ``tenure worker tasks:compose`` and ``periodiq tasks:compose`` name it as
+their broker argument (Dramatiq calls it, then uses the broker it set), the web app calls it at start.
+It reads :class:`settings.environment.Settings` from the ``TENURE_*`` environment once, builds the
+broker (``TENURE_BROKER_URL``: the SQLite file by default, Redis or RabbitMQ for a fleet), installs the
+middleware in the order that matters — the job binding first, schedules before any periodic actor is
+declared, metrics last — and declares every kind's actor and the resync on that broker.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import dramatiq
+from dramatiq.broker import Broker
 
 import jobs
 from broker import SQLiteBroker, make_broker
+from jobs.execution.binding import JobMiddleware
 from monitoring.middleware import MetricsMiddleware
 from settings.environment import Settings, set_current_settings
 
+from . import import_recording, maintenance, notify, pipeline, render_clip, transcribe
 from .scheduling import configure as configure_schedules
 from .scheduling import install as install_schedules
 
-settings = Settings.from_env()
-set_current_settings(settings)
+#: The actor modules (each declares its kinds when imported).
+ACTOR_MODULES = (import_recording, notify, pipeline, render_clip, transcribe)
 
-if settings.broker_url.startswith("sqlite"):
-    broker = SQLiteBroker(
-        settings.broker_url,
-        lease_ttl_ms=int(settings.broker_lease_ttl_s * 1000),
-        busy_timeout_ms=settings.sqlite_busy_timeout_ms,
-    )
-else:
-    broker = make_broker(settings.broker_url)
-dramatiq.set_broker(broker)
-if not isinstance(broker, SQLiteBroker):
-    # Fire rows and schedule state live in the job database when the broker is a server.
-    configure_schedules(broker, database_url=settings.database_url)
 
-job_middleware = jobs.install(broker, settings)
-install_schedules(broker)
-broker.add_middleware(MetricsMiddleware())
+@dataclass(frozen=True)
+class Composition:
+    """What :func:`compose` built for this process."""
 
-# Actor modules declare themselves on the broker set above; import order is irrelevant among them.
-from . import (  # noqa: E402,F401
-    demo,
-    import_recording,
-    maintenance,
-    notify,
-    pipeline,
-    render_clip,
-    transcribe,
-)
+    settings: Settings
+    broker: Broker
+    job_middleware: JobMiddleware
 
-__all__ = ["broker", "job_middleware", "settings"]
+
+_composed: Composition | None = None
+
+
+def build_broker(settings: Settings) -> Broker:
+    """The broker of ``settings.broker_url``: the SQLite lease broker, or Dramatiq's Redis/RabbitMQ one."""
+    if settings.broker_url.startswith("sqlite"):
+        return SQLiteBroker(
+            settings.broker_url,
+            lease_ttl_ms=int(settings.broker_lease_ttl_s * 1000),
+            busy_timeout_ms=settings.sqlite_busy_timeout_ms,
+        )
+    return make_broker(settings.broker_url)
+
+
+def compose(settings: Settings | None = None) -> Composition:
+    """Compose this process once: settings, broker, middleware, actors (later calls return the same).
+
+    Parameters:
+      settings: Default: :meth:`Settings.from_env` (the ``TENURE_*`` environment).
+    """
+    global _composed
+    if _composed is not None and (settings is None or settings == _composed.settings):
+        return _composed
+    settings = settings or Settings.from_env()
+    set_current_settings(settings)
+    broker = build_broker(settings)
+    dramatiq.set_broker(broker)
+    if not isinstance(broker, SQLiteBroker):
+        # Fire rows and schedule state live in the job database when the broker is a server.
+        configure_schedules(broker, database_url=settings.database_url)
+    job_middleware = jobs.install(broker, settings)
+    install_schedules(broker)
+    transcribe.install(broker)
+    broker.add_middleware(MetricsMiddleware())
+    jobs.registry.bind(broker)
+    maintenance.declare_resync(broker)
+    _composed = Composition(settings, broker, job_middleware)
+    return _composed
+
+
+__all__ = ["ACTOR_MODULES", "Composition", "build_broker", "compose"]

@@ -15,7 +15,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from jobs import JobCancelled, JobContext, registry
+from jobs import JobCancelled, JobContext, payloads, registry
 
 from . import store
 from .domain.control import Cancelled
@@ -29,9 +29,39 @@ from .runtime import Reporter, hinted_backoff
 QUEUE = "default"
 
 
+def _import_check(payload: dict[str, Any]) -> dict[str, str]:
+    if (payload.get("folder") is None) == (payload.get("files") is None):
+        return {"folder": "Give either a folder or a list of files."}
+    return {}
+
+
+PAYLOAD = payloads.schema(
+    "Import a recording",
+    "Read a recording folder (or uploaded segment files) into one session: segments, danmaku, duration.",
+    folder=payloads.field(
+        "string",
+        "Folder",
+        "A recording folder under an import root, or one of your uploads (its segments and danmaku XML).",
+        max_length=4096,
+        nullable=True,
+    ),
+    files=payloads.field("list", "Files", "Segment files instead of a folder, one per line.", nullable=True),
+    check=_import_check,
+)
+
+
+def _summary(payload: dict[str, Any]) -> str:
+    if payload.get("folder"):
+        return str(payload["folder"])
+    files = payload.get("files") or []
+    return f"{len(files)} file{'s' if len(files) != 1 else ''}: {', '.join(Path(f).name for f in files[:3])}"
+
+
 @registry.kind(
     "import_recording",
     queue=QUEUE,
+    payload=PAYLOAD,
+    summary=_summary,
     safe_to_rerun=True,
     backoff=hinted_backoff,
     # Re-reading the same files gives the same answer: these fail the job at once.

@@ -198,21 +198,34 @@ def retention_in_force(engine: Any, config: MaintenanceConfig, settings: Setting
     )
 
 
-# Declaring ``periodic=`` needs the schedule middleware on the broker first (idempotent).
-install(dramatiq.get_broker())
+#: The resync actor's name (the ``maintenance`` queue's only actor).
+RESYNC_ACTOR = "resync"
 
 
-@dramatiq.actor(
-    queue_name="maintenance",
-    max_retries=0,  # the next tick is the retry
-    time_limit=60_000,
-    periodic=every(
-        seconds=RESYNC_PERIOD_S,
-        catchup="latest",
-        grace_s=RESYNC_PERIOD_S,
-        max_staleness_s=RESYNC_MAX_STALENESS_S,
-    ),
-)
-def resync() -> None:
-    """The scheduled resync (every 30 s, sub-minute, exactly once per tick across schedulers)."""
-    run_resync(resync.broker)
+def declare_resync(broker: Broker) -> Any:
+    """Declare the resync on *broker*: every 30 s (sub-minute), exactly once per tick across schedulers.
+
+    Declaring ``periodic=`` needs the schedule middleware on the broker first (idempotent).
+    """
+    install(broker)
+    existing = broker.actors.get(RESYNC_ACTOR)
+    if existing is not None:
+        return existing
+
+    def resync() -> None:
+        run_resync(broker)
+
+    return dramatiq.actor(
+        resync,
+        actor_name=RESYNC_ACTOR,
+        queue_name="maintenance",
+        max_retries=0,  # the next tick is the retry
+        time_limit=60_000,
+        broker=broker,
+        periodic=every(
+            seconds=RESYNC_PERIOD_S,
+            catchup="latest",
+            grace_s=RESYNC_PERIOD_S,
+            max_staleness_s=RESYNC_MAX_STALENESS_S,
+        ),
+    )

@@ -25,7 +25,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from jobs import JobContext, JobRecord, get_job, registry, submit
+from jobs import JobContext, JobRecord, get_job, payloads, registry, submit
 
 from .channels import ChannelError, EmailChannel, WebhookChannel, channel, webhook_endpoint
 from .domain.control import DomainError
@@ -56,9 +56,34 @@ def breaker() -> CircuitBreaker:
     return CircuitBreaker(SQLBreakerStore(domain_engine()))
 
 
+WEBHOOK_PAYLOAD = payloads.schema(
+    "Deliver a webhook",
+    "Send one event to a webhook channel (Standard Webhooks signature; retried on 429, 5xx and timeouts).",
+    channel=payloads.field(
+        "string", "Channel", "A webhook channel of the channels file.", required=True, max_length=100
+    ),
+    event_type=payloads.field(
+        "string", "Event type", "What happened, e.g. recording.highlight_ready.", required=True, max_length=200
+    ),
+    data=payloads.field("object", "Data", "The event's data, a JSON object.", nullable=True),
+)
+EMAIL_PAYLOAD = payloads.schema(
+    "Send an email",
+    "Send one message through an email channel (never re-sent once it may have been delivered).",
+    channel=payloads.field(
+        "string", "Channel", "An email channel of the channels file.", required=True, max_length=100
+    ),
+    subject=payloads.field("string", "Subject", required=True, max_length=998),
+    text=payloads.field("text", "Text", "The plain-text body.", required=True, max_length=100_000),
+    html=payloads.field("text", "HTML", "An HTML body besides the text (optional).", max_length=100_000, nullable=True),
+)
+
+
 @registry.kind(
     "notify_webhook",
     queue=QUEUE,
+    payload=WEBHOOK_PAYLOAD,
+    summary=lambda p: f"{p['event_type']} → {p['channel']}",
     safe_to_rerun=True,
     backoff=hinted_backoff,
     max_attempts=WEBHOOK_MAX_ATTEMPTS,
@@ -97,6 +122,8 @@ def notify_webhook(ctx: JobContext, *, channel: str, event_type: str, data: Mapp
 @registry.kind(
     "notify_email",
     queue=QUEUE,
+    payload=EMAIL_PAYLOAD,
+    summary=lambda p: f"{p['subject']} → {p['channel']}",
     safe_to_rerun=False,
     backoff=hinted_backoff,
     max_attempts=EMAIL_MAX_ATTEMPTS,

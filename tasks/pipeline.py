@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from jobs import JobContext, Step, WorkflowRequest, extend_workflow, registry
+from jobs import JobContext, Step, WorkflowRequest, extend_workflow, payloads, registry
 
 from .channels import ChannelError
 from .domain.control import DomainError
@@ -58,7 +58,53 @@ def highlight_window(duration_s: float, start_s: float | None, end_s: float | No
     return round(start, 3), round(min(duration_s, start + length), 3)
 
 
-@registry.workflow(KIND)
+def _window_check(payload: dict[str, Any]) -> dict[str, str]:
+    start_s, end_s = payload.get("start_s"), payload.get("end_s")
+    if (start_s is None) != (end_s is None):
+        return {"end_s": "Give both a start and an end, or neither."}
+    if start_s is not None and end_s is not None and end_s <= start_s:
+        return {"end_s": "The end must come after the start."}
+    return {}
+
+
+PAYLOAD = payloads.schema(
+    "Recording pipeline",
+    "Import a folder, transcribe every segment, render a highlight with subtitles, notify the channels.",
+    folder=payloads.field(
+        "string",
+        "Folder",
+        "A recording folder under an import root, or one of your uploads.",
+        required=True,
+        max_length=4096,
+    ),
+    channels=payloads.field("list", "Notify", "Notification channels to tell when the clip is ready, one per line."),
+    start_s=payloads.field(
+        "number",
+        "Clip start",
+        "Where the highlight starts (empty: around the middle).",
+        unit="s",
+        minimum=0,
+        nullable=True,
+    ),
+    end_s=payloads.field(
+        "number", "Clip end", "Where the highlight ends.", unit="s", exclusive_minimum=0, nullable=True
+    ),
+    highlight_s=payloads.field(
+        "number",
+        "Highlight length",
+        "Length of the highlight when no window is given.",
+        unit="s",
+        exclusive_minimum=0,
+        default=DEFAULT_HIGHLIGHT_S,
+    ),
+    danmaku=payloads.field("boolean", "Danmaku", "Overlay the live comments on the clip.", default=True),
+    width=payloads.field("integer", "Width", "Width of the clip.", unit="px", minimum=16, maximum=7680, default=1280),
+    height=payloads.field("integer", "Height", "Height of the clip.", unit="px", minimum=16, maximum=4320, default=720),
+    check=_window_check,
+)
+
+
+@registry.workflow(KIND, payload=PAYLOAD, summary=lambda p: str(p["folder"]))
 def recording_pipeline(
     request: WorkflowRequest,
     *,
@@ -74,10 +120,9 @@ def recording_pipeline(
     """Run the whole recording pipeline on a folder.
 
     Import it, transcribe every segment, render a highlight with subtitles and a thumbnail, and
-    notify the channels. A window or size that cannot be rendered fails the import step at once
-    (see :func:`check_plan`), before any work: the API's payload schema types these fields but
-    cannot say "positive" or "start before end", so a request it calls valid is accepted (201) and
-    the workflow fails with the reason.
+    notify the channels. The payload schema refuses a window or size that cannot be rendered before
+    anything is written; :func:`check_plan` checks the plan again (and the channels, which only a
+    worker knows) when the import step starts.
     """
     plan = {
         "channels": list(channels),

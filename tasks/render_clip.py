@@ -21,7 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from jobs import JobCancelled, JobContext, registry
+from jobs import JobCancelled, JobContext, payloads, registry
 
 from . import store
 from .domain.control import Cancelled, DomainError
@@ -54,9 +54,43 @@ def session_cues(session_id: str, owner_id: str) -> list[Cue]:
     return cues
 
 
+def _window_check(payload: dict[str, Any]) -> dict[str, str]:
+    return {"end_s": "The end must come after the start."} if payload["end_s"] <= payload["start_s"] else {}
+
+
+PAYLOAD = payloads.schema(
+    "Render a clip",
+    "Cut a window of an imported session into an MP4, with subtitles, danmaku and a thumbnail if asked.",
+    session_id=payloads.field(
+        "string", "Session", "The session to cut (an import's result).", required=True, max_length=64
+    ),
+    start_s=payloads.field(
+        "number", "Start", "Where the clip starts on the session's timeline.", unit="s", minimum=0, required=True
+    ),
+    end_s=payloads.field(
+        "number", "End", "Where the clip ends (after the start).", unit="s", exclusive_minimum=0, required=True
+    ),
+    subtitles=payloads.field("boolean", "Subtitles", "Burn in the session's transcripts.", default=True),
+    danmaku=payloads.field("boolean", "Danmaku", "Overlay the live comments.", default=False),
+    thumbnail=payloads.field("boolean", "Thumbnail", "Also write a JPEG of the first frame.", default=True),
+    width=payloads.field("integer", "Width", "Width of the clip.", unit="px", minimum=16, maximum=7680, default=1280),
+    height=payloads.field("integer", "Height", "Height of the clip.", unit="px", minimum=16, maximum=4320, default=720),
+    name=payloads.field(
+        "string", "File name", "Name of the clip's file (without .mp4).", default="clip", max_length=100
+    ),
+    check=_window_check,
+)
+
+
+def _summary(payload: dict[str, Any]) -> str:
+    return f"{payload['session_id']} {payload['start_s']:g}–{payload['end_s']:g} s"
+
+
 @registry.kind(
     "render_clip",
     queue=QUEUE,
+    payload=PAYLOAD,
+    summary=_summary,
     safe_to_rerun=True,
     backoff=hinted_backoff,
     never_retry=(SessionNotFound, RenderError, FileNotFoundError, PipelineError),

@@ -5,7 +5,7 @@ Payload: ``{"session_id", "segment": index, "start_s"?: float, "end_s"?: float, 
 "end_s", "language", "cues", "text", "srt"}`` where ``srt`` is this attempt's file.
 
 Runs on its own queue (:data:`QUEUE`), served by its own worker process type with one thread (the
-model takes ~480 MB and both cores): ``dramatiq tasks --processes 1 --threads 1 --queues asr``. The
+model takes ~480 MB and both cores): ``dramatiq tasks:compose --processes 1 --threads 1 --queues asr``. The
 model is loaded once per process on first use and released when the worker shuts down
 (:class:`AsrModelMiddleware`). Safe to re-run: it reads the segment and writes a per-attempt file
 plus an upserted row.
@@ -16,11 +16,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import dramatiq
 from dramatiq.broker import Broker
 from dramatiq.middleware import Middleware
 
-from jobs import JobCancelled, JobContext, registry
+from jobs import JobCancelled, JobContext, payloads, registry
 
 from . import store
 from .domain.asr.audio import NoAudio
@@ -60,9 +59,33 @@ def model_config() -> ModelConfig:
     return ModelConfig(source=s.asr_model, cpu_threads=s.asr_threads, allow_download=s.asr_allow_download)
 
 
+PAYLOAD = payloads.schema(
+    "Transcribe a segment",
+    "Speech recognition of one segment of an imported session (or a range of it) into a transcript and SRT.",
+    session_id=payloads.field("string", "Session", "The session (an import's result).", required=True, max_length=64),
+    segment=payloads.field(
+        "integer", "Segment", "Which segment of the session (0 is the first).", minimum=0, required=True
+    ),
+    start_s=payloads.field("number", "From", "Start within the segment.", unit="s", minimum=0, default=0.0),
+    end_s=payloads.field(
+        "number", "To", "End within the segment (empty: its end).", unit="s", minimum=0, nullable=True
+    ),
+    language=payloads.field(
+        "string", "Language", "The spoken language (empty: detect it).", default="en", max_length=16, nullable=True
+    ),
+    check=lambda p: (
+        {"end_s": "The end must come after the start."}
+        if p.get("end_s") is not None and p["end_s"] <= p.get("start_s", 0.0)
+        else {}
+    ),
+)
+
+
 @registry.kind(
     "transcribe",
     queue=QUEUE,
+    payload=PAYLOAD,
+    summary=lambda p: f"{p['session_id']} segment {p['segment']}",
     safe_to_rerun=True,
     backoff=hinted_backoff,
     never_retry=(SegmentNotFound, NoAudio, ModelUnavailable, FileNotFoundError),
@@ -137,6 +160,3 @@ def transcribe_job(
         }
         tx.complete(result)
     return result
-
-
-install(dramatiq.get_broker())

@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     check = db_sub.add_parser("check", help="exit 1 unless the database is at the newest schema")
     check.add_argument("--url", help="database URL (default: TENURE_DATABASE_URL)")
     relay = sub.add_parser("relay", help="publish the outbox to the broker (needed when it is not SQLite)")
-    relay.add_argument("--app", help="module declaring the job kinds and the broker (e.g. tasks)")
+    relay.add_argument("--app", help="the app composing the broker, as Dramatiq's broker argument (e.g. tasks:compose)")
     admin.add_users_parser(sub)
     admin.add_demo_parser(sub)
     args = parser.parse_args(argv)
@@ -71,8 +71,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "users":
         return admin.users_command(args, settings.database_url)
     if args.command == "relay":
-        import importlib
-
         from jobs.outbox import relay_forever
 
         # Its start line and errors on stderr, as the other Procfile processes log theirs.
@@ -80,7 +78,9 @@ def main(argv: list[str] | None = None) -> int:
             level=logging.INFO, format="[%(asctime)s] [PID %(process)d] [%(name)s] [%(levelname)s] %(message)s"
         )
         if args.app:
-            importlib.import_module(args.app)
+            from dramatiq.cli import import_broker
+
+            import_broker(args.app)  # Dramatiq's own form: `module`, `module:broker` or `module:callable`
         try:
             relay_forever(settings)
         except SchemaMismatch as e:

@@ -5,7 +5,9 @@
 
 Configuration comes from ``settings.environment.Settings`` (``TENURE_*``) plus the web's own keys
 (defaults below; any ``TENURE_WEB_<KEY>`` variable overrides ``<KEY>``; *test_config* last).
-A test may inject ``TENURE_ENGINE``, ``TENURE_BROKER`` and ``TENURE_JOBS`` (a :class:`JobsGateway`).
+``TASKS_APP`` names the composition root that declares the job kinds (``module:callable``, called with
+the settings; ``""``: none). A test may inject ``TENURE_ENGINE``, ``TENURE_BROKER`` and
+``TENURE_REGISTRY`` (its own job kinds) instead.
 """
 
 from __future__ import annotations
@@ -44,8 +46,8 @@ DEFAULTS: dict[str, Any] = {
     "UI_POLL_S": 30,
     #: Serve /metrics without credentials (for a scraper on a private network).
     "METRICS_PUBLIC": False,
-    #: The module that declares the job kinds (imported at start so submit knows them).
-    "TASKS_MODULE": "tasks",
+    #: The composition root that declares the job kinds and their broker (called at start so submit knows them).
+    "TASKS_APP": "tasks:compose",
 }
 
 
@@ -113,7 +115,7 @@ def _build_services(app: Flask):  # type: ignore[no-untyped-def]
     import importlib
 
     from .live_limits import FeedLimits
-    from .services import Services, default_migrations_dir
+    from .services import Services
 
     cfg = app.config
     settings = cfg.get("TENURE_SETTINGS")
@@ -130,11 +132,11 @@ def _build_services(app: Flask):  # type: ignore[no-untyped-def]
         from settings.runtime import overlay_settings
 
         settings = overlay_settings(engine, settings)  # saved restart keys (jobs.default_max_attempts)
-    gateway = cfg.get("TENURE_JOBS")
     broker = cfg.get("TENURE_BROKER")
-    if gateway is None and cfg.get("TASKS_MODULE"):
-        # The job kinds (and their actors, on the broker the module sets) must be known to submit.
-        importlib.import_module(cfg["TASKS_MODULE"])
+    if cfg.get("TASKS_APP"):
+        # The job kinds (and their actors, on the broker the composition sets) must be known to submit.
+        module_name, _, attr = cfg["TASKS_APP"].partition(":")
+        getattr(importlib.import_module(module_name), attr or "compose")(settings)
         if broker is None:
             import dramatiq
 
@@ -143,10 +145,9 @@ def _build_services(app: Flask):  # type: ignore[no-untyped-def]
         from broker import make_broker
 
         broker = make_broker(settings.broker_url)
-    if gateway is None:
-        from .jobs_adapter import JobLayerGateway
+    from .jobs_adapter import JobLayerGateway
 
-        gateway = JobLayerGateway(engine=engine, broker=broker, settings=settings)
+    gateway = JobLayerGateway(engine=engine, broker=broker, settings=settings, registry=cfg.get("TENURE_REGISTRY"))
     return Services(
         engine=engine,
         broker=broker,
@@ -154,7 +155,6 @@ def _build_services(app: Flask):  # type: ignore[no-untyped-def]
         jobs=gateway,
         feed_limits=FeedLimits(int(cfg["LIVE_MAX_CONNECTIONS"]), int(cfg["LIVE_MAX_PER_IDENTITY"])),
         output_root=Path(getattr(settings, "output_root", "var/outputs")),
-        migrations_dir=cfg.get("TENURE_MIGRATIONS_DIR", default_migrations_dir()),
     )
 
 

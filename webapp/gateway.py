@@ -1,9 +1,8 @@
-"""What the web layer needs from the job layer, as one narrow interface.
+"""The records the web layer shows: jobs, events, notices, kinds, activity, schedules.
 
-Views and the live feed talk to a :class:`JobsGateway` held in ``app.extensions["tenure"]``; they
-never run SQL. :mod:`webapp.jobs_adapter` implements it over ``jobs`` (issue 3); tests may pass any
-other implementation through ``create_app({"TENURE_JOBS": …})``. The gateway is also where the
-job layer's exceptions become the web layer's (:mod:`webapp.errors`): a foreign job is
+Views and the live feed get them from :class:`webapp.jobs_adapter.JobLayerGateway`, held in
+``app.extensions["tenure"]``; they never run SQL. The gateway is also where the job layer's
+exceptions become the web layer's (:mod:`webapp.errors`): a foreign job is
 :class:`~webapp.errors.JobNotFoundError`, exactly like a missing one.
 
 A *scope* is the owner id whose jobs a caller may see, or ``None`` for an admin (all jobs).
@@ -13,8 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 #: Every job status (ARCHITECTURE.md §5).
 STATUSES = ("queued", "running", "succeeded", "failed", "cancelled", "interrupted")
@@ -43,6 +41,9 @@ class JobView:
     error: str | None = None
     result: Any = None
     retry_of_job_id: str | None = None
+    parent_job_id: str | None = None
+    #: The kind's short description of the job (its folder, its clip window); never the payload.
+    summary: str | None = None
     files: tuple[str, ...] = ()
 
     @property
@@ -66,9 +67,9 @@ class EventView:
 
 @dataclass(frozen=True)
 class Notice:
-    """One item of the live feed: something happened to a job. ``id`` is the global, increasing cursor."""
+    """One item of the live feed: something happened to a job. ``id`` is its change cursor (a token)."""
 
-    id: int
+    id: str
     job_id: str
     owner_id: str
     type: str
@@ -88,8 +89,14 @@ class FieldSpec:
     default: Any = None
     help: str = ""
     choices: tuple[str, ...] = ()
-    #: ``null`` is accepted (the parameter defaults to ``None``).
+    #: ``null`` is accepted.
     nullable: bool = False
+    #: The form's words and bounds (from the kind's payload schema).
+    label: str = ""
+    unit: str | None = None
+    minimum: float | None = None
+    maximum: float | None = None
+    exclusive_minimum: float | None = None
 
 
 @dataclass(frozen=True)
@@ -101,6 +108,8 @@ class KindInfo:
     description: str = ""
     queue: str = "default"
     fields: tuple[FieldSpec, ...] = ()
+    #: The payload's JSON Schema (what the API's OpenAPI document embeds).
+    payload_schema: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -114,6 +123,7 @@ class JobQuery:
     created_after: datetime | None = None
     created_before: datetime | None = None
     search: str | None = None
+    parent_job_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -127,12 +137,15 @@ class ActivityBucket:
     """Finished jobs in one time bucket (for the operations charts)."""
 
     start: datetime
+    #: The queue or kind of a grouped chart (None: all jobs).
+    group: str | None = None
     succeeded: int = 0
     failed: int = 0
     cancelled: int = 0
     wait_p50_s: float | None = None
     run_p50_s: float | None = None
     run_p95_s: float | None = None
+    run_max_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -147,70 +160,10 @@ class ScheduleView:
 
 
 class CursorExpired(Exception):
-    """The feed cursor points before the oldest retained notice; the client must resync."""
+    """The feed cursor points before the oldest retained notice (or is not one this database handed
+    out: *unknown*); the client must resync from *head*."""
 
-    def __init__(self, head: int) -> None:
-        super().__init__(f"cursor expired; head is {head}")
+    def __init__(self, head: str, *, unknown: bool = False) -> None:
+        super().__init__(f"cursor {'unknown' if unknown else 'expired'}; head is {head}")
         self.head = head
-
-
-class JobsGateway(Protocol):
-    """The job layer as the web layer uses it. ``scope`` is an owner id, or ``None`` for admins."""
-
-    def kinds(self) -> list[KindInfo]: ...
-
-    def submit(
-        self,
-        *,
-        owner_id: str,
-        kind: str,
-        payload: dict[str, Any],
-        idempotency_key: str | None,
-        priority: int,
-        delay_s: float,
-    ) -> tuple[JobView, bool]:
-        """Returns (job, created). Raises Invalid (unknown kind, bad payload), Conflict (key reused)."""
-        ...
-
-    def get(self, scope: str | None, job_id: str) -> JobView: ...
-
-    def list_jobs(self, scope: str | None, query: JobQuery, *, cursor: str | None, limit: int) -> Page: ...
-
-    def count_jobs(self, scope: str | None, query: JobQuery) -> int: ...
-
-    def events(self, scope: str | None, job_id: str, *, after: int, limit: int) -> list[EventView]: ...
-
-    def cancel(self, scope: str | None, job_id: str, *, by: str | None = None) -> tuple[JobView, str]:
-        """Returns (job, outcome) with outcome ``cancelled`` or ``cancel_requested``; Conflict when finished.
-        *by* is the acting user's owner id (recorded in the job's events)."""
-        ...
-
-    def retry(self, scope: str | None, job_id: str, *, by: str | None = None) -> tuple[JobView, bool]:
-        """(the NEW job, created). A job is retried once: asking again returns that retry with created
-        False. Conflict when the job's status does not allow a retry."""
-        ...
-
-    def notices(self, scope: str | None, *, after: int, limit: int) -> tuple[list[Notice], int]:
-        """Notices with ``id > after`` visible to *scope*, oldest first, and the newest id examined
-        (so a subscriber skips past others' notices). Raises :class:`CursorExpired`."""
-        ...
-
-    def head(self) -> int:
-        """The newest notice id (0 when there is none)."""
-        ...
-
-    def activity(self, scope: str | None, *, since: datetime, bucket_s: int) -> list[ActivityBucket]: ...
-
-    def output_file(self, scope: str | None, job_id: str, name: str) -> Path:
-        """The path of one of the job's produced files. NotFound when the job or file is unknown."""
-        ...
-
-    def schedules(self) -> list[ScheduleView]: ...
-
-    def run_schedule_now(self, name: str, *, owner_id: str) -> dict[str, Any]:
-        """Fire a schedule once now: ``{"schedule", "job_id", "message_id", "fired_at"}``. NotFound if unknown."""
-        ...
-
-    def set_schedule_paused(self, name: str, paused: bool, *, by: str) -> dict[str, Any]:
-        """Pause or resume a schedule everywhere: ``{"name", "paused"}``. NotFound if unknown."""
-        ...
+        self.unknown = unknown

@@ -8,10 +8,11 @@ Both transports serve the same stream (docs/api.md, "Live feed"):
   requested cursor is older than what is retained (``cursor_expired``) or more than
   ``LIVE_MAX_BACKLOG`` notices are pending (``behind``) — the client then re-reads the REST
   snapshot and carries on from the given cursor.
-- Resume: ``?cursor=N`` (WebSocket or SSE) or ``Last-Event-ID: N`` (SSE) continues after N; nothing
+- Resume: ``?cursor=C`` (WebSocket or SSE) or ``Last-Event-ID: C`` (SSE) continues after C; nothing
   in between is lost. The cursor in heartbeats advances past notices the caller may not see.
-  Cursors are the job layer's global change ids, valid in every web process. Progress notices
-  (progress writes no event) are best-effort: they carry the current cursor and are not replayed.
+  Cursors are the job layer's change cursors (opaque tokens: ``123`` on SQLite, ``xid.id`` on
+  PostgreSQL), valid in every web process on every host. Progress notices (progress writes no
+  event) are best-effort: they carry the current cursor and are not replayed.
 - Everything is decided BEFORE the upgrade, as plain HTTP: 401 without valid credentials, 403 for a
   cookie session from a foreign ``Origin`` (CSRF tokens do not cover WebSocket handshakes), 429 with
   ``Retry-After`` when the process (``LIVE_MAX_CONNECTIONS``) or the identity
@@ -21,6 +22,7 @@ Both transports serve the same stream (docs/api.md, "Live feed"):
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -31,7 +33,8 @@ from flask_sock import Sock
 
 from .auth import origin_allowed, resolve_identity
 from .errors import Forbidden, Invalid, TooManyRequests, Unauthorized
-from .gateway import CursorExpired, JobsGateway
+from .gateway import CursorExpired
+from .jobs_adapter import JobLayerGateway
 from .services import services
 
 bp = Blueprint("live", __name__, url_prefix="/api/v1")
@@ -42,9 +45,9 @@ sock = Sock()
 class Feed:
     """One subscriber's position in the notice stream; transport-independent."""
 
-    gateway: JobsGateway
+    gateway: JobLayerGateway
     scope: str | None
-    cursor: int | None
+    cursor: str | None
     max_backlog: int
     pending: list[dict[str, Any]] = field(default_factory=list)
     #: Position in the gateway's best-effort progress notices (per process; never sent to the client).
@@ -52,30 +55,32 @@ class Feed:
 
     def start(self) -> list[dict[str, Any]]:
         _, self.progress_pos = self._progress(None)
-        head = self.gateway.head()
-        requested = self.cursor
-        if requested is None or requested > head:
-            # No cursor (or one from the future, e.g. after a database reset): start at the head.
-            self.cursor = head
-            messages = [self._hello()]
-            if requested is not None:
-                messages.append(self._resync("cursor_unknown", head))
-            return messages
-        return [self._hello(), *self.poll()]
+        if self.cursor is None:
+            self.cursor = self.gateway.head()
+            return [self._hello()]
+        hello = self._hello()
+        try:
+            return [hello, *self.poll(raise_unknown=True)]
+        except CursorExpired as exc:
+            # A cursor this database never handed out (another database, a reset one): start at the head.
+            self.cursor = exc.head
+            return [self._hello(), self._resync("cursor_unknown", exc.head)]
 
-    def poll(self) -> list[dict[str, Any]]:
+    def poll(self, *, raise_unknown: bool = False) -> list[dict[str, Any]]:
         assert self.cursor is not None
         try:
             notices, scanned = self.gateway.notices(self.scope, after=self.cursor, limit=self.max_backlog + 1)
         except CursorExpired as exc:
+            if exc.unknown and raise_unknown:
+                raise
             self.cursor = exc.head
-            return [self._resync("cursor_expired", exc.head)]
+            return [self._resync("cursor_unknown" if exc.unknown else "cursor_expired", exc.head)]
         if len(notices) > self.max_backlog:
             head = self.gateway.head()
             self.cursor = head
             return [self._resync("behind", head)]
         messages = [self._notice(n, n.id) for n in notices]
-        self.cursor = max(self.cursor, scanned)
+        self.cursor = scanned
         # Progress writes no event: these notices are best-effort and carry the current cursor, so a
         # client that records their id resumes exactly where the durable stream stands.
         progress, self.progress_pos = self._progress(self.progress_pos)
@@ -83,13 +88,10 @@ class Feed:
         return messages
 
     def _progress(self, after: int | None) -> tuple[list[Any], int | None]:
-        source = getattr(self.gateway, "progress_notices", None)
-        if source is None:
-            return [], None
-        return source(self.scope, after=after)
+        return self.gateway.progress_notices(self.scope, after=after)
 
     @staticmethod
-    def _notice(n: Any, ident: int) -> dict[str, Any]:
+    def _notice(n: Any, ident: str) -> dict[str, Any]:
         return {
             "type": "notice",
             "id": ident,
@@ -107,19 +109,22 @@ class Feed:
         return {"type": "hello", "cursor": self.cursor, "heartbeat_s": current_app.config["LIVE_HEARTBEAT_S"]}
 
     @staticmethod
-    def _resync(reason: str, head: int) -> dict[str, Any]:
+    def _resync(reason: str, head: str) -> dict[str, Any]:
         return {"type": "resync", "reason": reason, "cursor": head}
 
 
-def _parse_cursor() -> int | None:
+_CURSOR = re.compile(r"\d{1,19}(\.\d{1,19})?")
+
+
+def _parse_cursor() -> str | None:
     raw = request.args.get("cursor")
     if raw is None:
         raw = request.headers.get("Last-Event-ID")
     if raw is None or raw == "":
         return None
-    if not raw.isdigit() or len(raw) > 18:
-        raise Invalid("cursor must be a non-negative integer.")
-    return int(raw)
+    if not _CURSOR.fullmatch(raw):
+        raise Invalid("cursor must be a cursor the feed sent (digits, or digits.digits).")
+    return raw
 
 
 @bp.before_request

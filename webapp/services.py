@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from flask import current_app
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine
 
-from .gateway import JobsGateway
+from .jobs_adapter import JobLayerGateway
 from .live_limits import FeedLimits
 
 
@@ -23,10 +23,9 @@ class Services:
     engine: Engine
     broker: Any
     settings: Any
-    jobs: JobsGateway
+    jobs: JobLayerGateway
     feed_limits: FeedLimits
     output_root: Path
-    migrations_dir: Path | None = None
     #: Built on the first scrape (monitoring.collectors sources).
     metrics_sources: Any = None
     #: token sha256 → last time its ``last_used_at`` was written (throttles those writes).
@@ -54,8 +53,8 @@ class Services:
             broker=self.broker,
             database=self._database_at_head,
             output_dir=self.output_root,
-            # The write gate's state (shared by every worker) lives in a migrated job database only.
-            output_roots=self._degraded_output_roots if self.migrations_dir is not None else None,
+            # The write gate's state, shared by every worker.
+            output_roots=self._degraded_output_roots,
         )
         return health.ready(checks)
 
@@ -65,10 +64,6 @@ class Services:
         return degraded_output_roots(self.engine)
 
     def _database_at_head(self) -> str:
-        if self.migrations_dir is None:  # tests without migrations: reachability only
-            with self.engine.connect() as conn:
-                conn.execute(text("SELECT 1"))
-            return "reachable"
         from jobs.schema import check_database_at_head
 
         return f"at revision {check_database_at_head(self.engine)}"
@@ -77,10 +72,6 @@ class Services:
 def services() -> Services:
     """This app's :class:`Services`."""
     return current_app.extensions["tenure"]
-
-
-def default_migrations_dir() -> Path:
-    return Path(__file__).resolve().parent.parent / "migrations"
 
 
 def secret_key_from(env: dict[str, str] | os._Environ, var_dir: Path) -> str:

@@ -14,7 +14,7 @@ Declare the periodiq way, with Tenure's declarations::
 
     schedule_job("report", cron("0 6 * * 1"), payload={"scope": "weekly"})   # a job per tick
 
-and run any number of ``periodiq tasks`` processes: each tick fires once. The web UI calls
+and run any number of ``periodiq tasks:compose`` processes: each tick fires once. The web UI calls
 :func:`schedules`, :func:`pause`, :func:`resume` and :func:`run_now`.
 """
 

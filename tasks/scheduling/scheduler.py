@@ -227,7 +227,7 @@ class Scheduler:
         assert spec.job is not None
         name = spec.schedule_name
         kind = registry.get(spec.job.kind)
-        prepare_broker(kind.actor.broker, kind.queue)
+        prepare_broker(registry.broker_for(kind.name), kind.queue)
         try:
             with Session(self.engine) as session, session.begin():
                 conn = session.connection()
@@ -295,7 +295,7 @@ class Scheduler:
         assert spec.job is not None
         name = spec.schedule_name
         kind = registry.get(spec.job.kind)
-        prepare_broker(kind.actor.broker, kind.queue)
+        prepare_broker(registry.broker_for(kind.name), kind.queue)
         while True:
             try:
                 with Session(self.engine) as session, session.begin():

@@ -1,4 +1,4 @@
-"""Fixtures for the web layer: an app on a temporary SQLite file, a fake job gateway, three users."""
+"""Fixtures for the web layer: the real app and job layer on a migrated SQLite file per test, three users."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 from flask import Flask
@@ -16,10 +15,13 @@ from flask.testing import FlaskClient
 from sqlalchemy import Engine
 
 import accounts
+from broker import SQLiteBroker
 from jobs import schema
 from jobs.db import make_engine
+from jobs.registry import Registry
+from settings.environment import Settings
 
-from .fake_jobs import FakeJobs
+from .jobdriver import JobDriver, declare_kinds
 
 
 @pytest.fixture(autouse=True)
@@ -71,30 +73,44 @@ def web_engine(database_path: Path) -> Iterator[Engine]:
 
 
 @pytest.fixture()
-def web_broker(tmp_path: Path):  # type: ignore[no-untyped-def]
-    from broker import SQLiteBroker
-
-    broker = SQLiteBroker(f"sqlite:///{tmp_path / 'broker.db'}", middleware=[])
-    broker.declare_queue("default")
+def web_broker(database_path: Path) -> Iterator[SQLiteBroker]:
+    """The SQLite broker on the test's database file (jobs and their messages commit together)."""
+    broker = SQLiteBroker(f"sqlite:///{database_path}", middleware=[])
+    for queue in ("default", "slow"):
+        broker.declare_queue(queue)
     yield broker
     broker.close()
 
 
 @pytest.fixture()
-def fake_jobs() -> FakeJobs:
-    return FakeJobs()
+def web_settings(tmp_path: Path, database_path: Path) -> Settings:
+    url = f"sqlite:///{database_path}"
+    return Settings(database_url=url, broker_url=url, output_root=str(tmp_path / "outputs"))
 
 
 @pytest.fixture()
-def app_config(tmp_path: Path, web_engine: Engine, web_broker, fake_jobs: FakeJobs) -> dict:  # type: ignore[no-untyped-def]
+def kinds(web_broker: SQLiteBroker) -> Registry:
+    """The web tests' job kinds (echo, sleep), declared on the test's broker."""
+    registry = Registry()
+    declare_kinds(registry, web_broker)
+    return registry
+
+
+@pytest.fixture()
+def driver(web_engine: Engine, web_broker: SQLiteBroker, kinds: Registry, web_settings: Settings) -> JobDriver:
+    return JobDriver(web_engine, web_broker, kinds, web_settings, Path(web_settings.output_root))
+
+
+@pytest.fixture()
+def app_config(web_engine: Engine, web_broker: SQLiteBroker, kinds: Registry, web_settings: Settings) -> dict:  # type: ignore[type-arg]
     return {
         "TESTING": True,
         "SECRET_KEY": "test-secret",
         "TENURE_ENGINE": web_engine,
         "TENURE_BROKER": web_broker,
-        "TENURE_JOBS": fake_jobs,
-        "TENURE_SETTINGS": SimpleNamespace(output_root=str(tmp_path / "outputs")),
-        "TENURE_MIGRATIONS_DIR": None,
+        "TENURE_REGISTRY": kinds,
+        "TENURE_SETTINGS": web_settings,
+        "TASKS_APP": "",
         "LIVE_POLL_S": 0.05,
     }
 
@@ -161,3 +177,9 @@ def login(client: FlaskClient, person: Person) -> str:
     r = client.post("/login", data={"username": person.user.username, "password": person.password, "csrf_token": token})
     assert r.status_code == 302, r.get_data(as_text=True)[:300]
     return csrf_token(client, "/tokens")
+
+
+def newest_first(driver: JobDriver, ids: list[str]) -> list[str]:
+    """*ids* in the order job lists show them: newest first (by ``created_at``, then id)."""
+    records = [driver.job(i) for i in ids]
+    return [r.id for r in sorted(records, key=lambda r: (r.created_at, r.id), reverse=True)]

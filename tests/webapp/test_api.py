@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import login
+from .conftest import login, newest_first
 
 
 def _submit(client, person, payload=None, key=None, kind="echo", **extra):  # type: ignore[no-untyped-def]
@@ -64,9 +64,10 @@ def test_malformed_json_is_4xx_json(client, alice):  # type: ignore[no-untyped-d
     assert 400 <= r.status_code < 500 and "error" in r.json
 
 
-def test_get_list_filters_and_cursor(client, alice, fake_jobs):  # type: ignore[no-untyped-def]
-    ids = [_submit(client, alice, payload={"text": str(i)}).json["id"] for i in range(5)]
-    fake_jobs.advance(ids[0], status="failed", error="boom: disk full")
+def test_get_list_filters_and_cursor(client, alice, driver):  # type: ignore[no-untyped-def]
+    ids = newest_first(driver, [_submit(client, alice, payload={"text": str(i)}).json["id"] for i in range(5)])
+    driver.fail(ids[-1], "boom: disk full")
+    ids = ids[::-1]  # oldest first, as submitted
     page1 = client.get("/api/v1/jobs?limit=2", headers=alice.bearer).json
     assert [j["id"] for j in page1["items"]] == ids[::-1][:2] and page1["next_cursor"]
     page2 = client.get(f"/api/v1/jobs?limit=2&cursor={page1['next_cursor']}", headers=alice.bearer).json
@@ -92,14 +93,14 @@ def test_admin_sees_all_and_filters_by_owner(client, alice, bob, root):  # type:
     assert client.get(f"/api/v1/jobs/{a}", headers=root.bearer).status_code == 200
 
 
-def test_cancel_and_retry_answers(client, alice, fake_jobs):  # type: ignore[no-untyped-def]
+def test_cancel_and_retry_answers(client, alice, driver):  # type: ignore[no-untyped-def]
     queued = _submit(client, alice).json["id"]
     r = client.post(f"/api/v1/jobs/{queued}/cancel", headers=alice.bearer)
     assert r.status_code == 200 and r.json["outcome"] == "cancelled" and r.json["job"]["status"] == "cancelled"
     again = client.post(f"/api/v1/jobs/{queued}/cancel", headers=alice.bearer)
     assert again.status_code == 409
     running = _submit(client, alice).json["id"]
-    fake_jobs.advance(running, status="running", attempt=1)
+    driver.start(running)
     r = client.post(f"/api/v1/jobs/{running}/cancel", headers=alice.bearer)
     assert r.json["outcome"] == "cancel_requested" and not r.json["job"]["can_cancel"]
     assert client.post(f"/api/v1/jobs/{running}/retry", headers=alice.bearer).status_code == 409
@@ -107,27 +108,27 @@ def test_cancel_and_retry_answers(client, alice, fake_jobs):  # type: ignore[no-
     assert r.status_code == 201 and r.json["retry_of_job_id"] == queued and r.json["status"] == "queued"
 
 
-def test_events_after_cursor(client, alice, fake_jobs):  # type: ignore[no-untyped-def]
+def test_events_after_cursor(client, alice, driver):  # type: ignore[no-untyped-def]
     job = _submit(client, alice).json["id"]
-    fake_jobs.advance(job, status="running")
-    fake_jobs.advance(job, progress=0.5)
+    driver.start(job)
+    driver.event(job, "half_way", fraction=0.5)
     page = client.get(f"/api/v1/jobs/{job}/events", headers=alice.bearer).json
     assert [e["sequence"] for e in page["items"]] == [1, 2, 3] and page["next_after"] == 3
     rest = client.get(f"/api/v1/jobs/{job}/events?after=2", headers=alice.bearer).json
     assert [e["sequence"] for e in rest["items"]] == [3]
 
 
-def test_bulk_dry_run_then_cancel(client, alice, bob, fake_jobs):  # type: ignore[no-untyped-def]
+def test_bulk_dry_run_then_cancel(client, alice, bob, driver):  # type: ignore[no-untyped-def]
     mine = [_submit(client, alice).json["id"] for _ in range(3)]
     theirs = _submit(client, bob).json["id"]
-    fake_jobs.advance(mine[0], status="succeeded")
+    driver.succeed(mine[0])
     body = {"filter": {"status": ["queued", "succeeded"]}, "dry_run": True}
     dry = client.post("/api/v1/jobs/bulk/cancel", json=body, headers=alice.bearer).json
     assert dry == {"dry_run": True, "matched": 3, "affected": 2, "skipped": 1, "job_ids": dry["job_ids"]}
-    assert fake_jobs.jobs[mine[1]].status == "queued"
+    assert driver.status(mine[1]) == "queued"
     done = client.post("/api/v1/jobs/bulk/cancel", json={**body, "dry_run": False}, headers=alice.bearer).json
     assert done["affected"] == 2 and set(done["job_ids"]) == set(mine[1:])
-    assert fake_jobs.jobs[theirs].status == "queued"
+    assert driver.status(theirs) == "queued"
     retried = client.post("/api/v1/jobs/bulk/retry", json={"filter": {"status": ["cancelled"]}}, headers=alice.bearer)
     assert retried.json["affected"] == 2
 
@@ -136,24 +137,24 @@ def test_bulk_dry_run_then_cancel(client, alice, bob, fake_jobs):  # type: ignor
 @pytest.mark.parametrize(
     "request_kwargs", [{}, {"json": {}}, {"json": {"dry_run": False}}], ids=["no body", "{}", "no filter"]
 )
-def test_bulk_without_a_filter_is_refused_and_changes_nothing(client, alice, fake_jobs, action, request_kwargs):  # type: ignore[no-untyped-def]
+def test_bulk_without_a_filter_is_refused_and_changes_nothing(client, alice, driver, action, request_kwargs):  # type: ignore[no-untyped-def]
     job = _submit(client, alice).json["id"]
-    fake_jobs.advance(job, status="failed")
+    driver.fail(job)
     queued = _submit(client, alice).json["id"]
     r = client.post(f"/api/v1/jobs/bulk/{action}", headers=alice.bearer, **request_kwargs)
     assert r.status_code == 422, r.get_data(as_text=True)
     assert "filter" in r.get_data(as_text=True)
-    assert fake_jobs.jobs[job].status == "failed" and fake_jobs.jobs[queued].status == "queued"
-    assert len(fake_jobs.jobs) == 2  # no retry created
+    assert driver.status(job) == "failed" and driver.status(queued) == "queued"
+    assert driver.count() == 2  # no retry created
 
 
 @pytest.mark.parametrize("dry_run", [0, 1, "no", "true", None])
-def test_bulk_dry_run_must_be_a_json_boolean(client, alice, fake_jobs, dry_run):  # type: ignore[no-untyped-def]
+def test_bulk_dry_run_must_be_a_json_boolean(client, alice, driver, dry_run):  # type: ignore[no-untyped-def]
     queued = _submit(client, alice).json["id"]
     body = {"filter": {}, "dry_run": dry_run}
     r = client.post("/api/v1/jobs/bulk/cancel", json=body, headers=alice.bearer)
     assert r.status_code == 422 and "dry_run" in r.get_data(as_text=True)
-    assert fake_jobs.jobs[queued].status == "queued"
+    assert driver.status(queued) == "queued"
 
 
 def test_operator_endpoints(client, root, web_broker):  # type: ignore[no-untyped-def]
@@ -185,7 +186,7 @@ def test_health(client, app, alice, root, tmp_path):  # type: ignore[no-untyped-
     assert client.get("/api/health/ready").status_code == 401
     ready = client.get("/api/health/ready", headers=root.bearer)
     assert ready.status_code == 200, ready.json
-    assert set(ready.json["components"]) == {"database", "broker", "output_dir"}
+    assert set(ready.json["components"]) == {"database", "broker", "output_dir", "output_roots"}
     assert "detail" not in client.get("/api/health/ready", headers=alice.bearer).json["components"]["broker"]
     blocked = tmp_path / "file-not-dir"
     blocked.write_text("x")
@@ -232,11 +233,9 @@ def test_metrics_needs_auth_unless_public(app, client, root):  # type: ignore[no
     assert client.get("/metrics").status_code == 200
 
 
-def test_download_a_produced_file(client, alice, fake_jobs, tmp_path):  # type: ignore[no-untyped-def]
+def test_download_a_produced_file(client, alice, driver, tmp_path):  # type: ignore[no-untyped-def]
     job = _submit(client, alice).json["id"]
-    report = tmp_path / "report.txt"
-    report.write_text("done")
-    fake_jobs.files[(job, "1-report.txt")] = report
+    driver.write_file(job, "1-report.txt", b"done")
     r = client.get(f"/api/v1/jobs/{job}/files/1-report.txt", headers=alice.bearer)
     assert r.status_code == 200 and r.data == b"done" and "attachment" in r.headers["Content-Disposition"]
     assert client.get(f"/api/v1/jobs/{job}/files/nope", headers=alice.bearer).status_code == 404

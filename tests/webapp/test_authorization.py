@@ -61,39 +61,37 @@ def test_nothing_works_without_auth(app, client):  # type: ignore[no-untyped-def
 
 
 @pytest.mark.parametrize("method,template", JOB_API)
-def test_api_foreign_job_is_indistinguishable_from_missing(client, alice, bob, fake_jobs, method, template):  # type: ignore[no-untyped-def]
+def test_api_foreign_job_is_indistinguishable_from_missing(client, alice, bob, driver, method, template):  # type: ignore[no-untyped-def]
     job = client.post("/api/v1/jobs", json={"kind": "echo", "payload": {"text": "a"}}, headers=alice.bearer).json
-    fake_jobs.advance(job["id"], status="failed")
+    driver.fail(job["id"])
     foreign = client.open(template.format(id=job["id"]), method=method, headers=bob.bearer)
     missing = client.open(template.format(id="f" * 32), method=method, headers=bob.bearer)
     assert foreign.status_code == missing.status_code == 404
     assert foreign.get_data() == missing.get_data()
-    assert fake_jobs.jobs[job["id"]].status == "failed"  # nothing happened to it
-    assert len(fake_jobs.jobs) == 1  # no retry was created
+    assert driver.status(job["id"]) == "failed"  # nothing happened to it
+    assert driver.count() == 1  # no retry was created
     own = client.open(template.format(id=job["id"]), method=method, headers=alice.bearer)
     assert own.status_code in (200, 201, 409) or "/files/" in template  # no such file: 404 for the owner too
 
 
-def test_list_and_bulk_never_reach_foreign_jobs(client, alice, bob, fake_jobs):  # type: ignore[no-untyped-def]
+def test_list_and_bulk_never_reach_foreign_jobs(client, alice, bob, driver):  # type: ignore[no-untyped-def]
     a = client.post("/api/v1/jobs", json={"kind": "echo", "payload": {"text": "a"}}, headers=alice.bearer).json["id"]
     assert client.get("/api/v1/jobs", headers=bob.bearer).json["items"] == []
     assert client.get(f"/api/v1/jobs?q={a}", headers=bob.bearer).json["items"] == []
     r = client.post("/api/v1/jobs/bulk/cancel", json={"filter": {}}, headers=bob.bearer).json
-    assert r["matched"] == 0 and fake_jobs.jobs[a].status == "queued"
+    assert r["matched"] == 0 and driver.status(a) == "queued"
 
 
 @pytest.mark.parametrize("method,template", JOB_UI)
-def test_ui_foreign_job_is_indistinguishable_from_missing(client, alice, bob, fake_jobs, method, template):  # type: ignore[no-untyped-def]
-    job, _ = fake_jobs.submit(
-        owner_id=alice.user.owner_id, kind="echo", payload={"text": "a"}, idempotency_key=None, priority=0, delay_s=0
-    )
+def test_ui_foreign_job_is_indistinguishable_from_missing(client, alice, bob, driver, method, template):  # type: ignore[no-untyped-def]
+    job = driver.submit(alice.user.owner_id, payload={"text": "a"})
     token = login(client, bob)
     data = {"csrf_token": token} if method == "POST" else None
     foreign = client.open(template.format(id=job.id), method=method, data=data)
     missing = client.open(template.format(id="f" * 32), method=method, data=data)
     assert foreign.status_code == missing.status_code == 404
     assert without_csrf_token(foreign.get_data()) == without_csrf_token(missing.get_data())
-    assert fake_jobs.jobs[job.id].status == "queued"
+    assert driver.status(job.id) == "queued"
 
 
 OPS_API = [

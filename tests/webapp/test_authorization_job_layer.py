@@ -1,11 +1,9 @@
-"""The authorization probe of test_authorization.py, against the REAL job layer: the web app on
-``JobLayerGateway`` over a migrated SQLite file (jobs, accounts and broker in one file), so owner
-scoping is checked in the queries that enforce it, not in the in-memory gateway."""
+"""The authorization probe of test_authorization.py with jobs driven into the states it needs (failed,
+retried): owner scoping is checked in the queries that enforce it, on a migrated SQLite file (jobs,
+accounts and broker in one file)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,55 +11,35 @@ from flask import Flask
 from flask.testing import FlaskClient
 from sqlalchemy import Engine, text
 
-import jobs
-from broker import SQLiteBroker
-from jobs import schema
-from jobs.middleware import JobMiddleware, run_job
+from jobs.execution.runner import failure
 from settings.environment import Settings
-from webapp.jobs_adapter import JobLayerGateway
 
 from .conftest import Person, _person, login, without_csrf_token
+from .jobdriver import JobDriver
 from .test_authorization import JOB_API, JOB_UI
 
 
 @pytest.fixture()
-def layer(tmp_path: Path) -> Iterator[dict[str, Any]]:
-    url = f"sqlite:///{tmp_path / 'tenure.db'}"
-    schema.upgrade(url)
-    engine = jobs.make_engine(url)
-    broker = SQLiteBroker(url, middleware=[])
-    settings = Settings(database_url=url, broker_url="", output_root=str(tmp_path / "outputs"))
-    registry = jobs.Registry()
-    registry.kind("echo", broker=broker, safe_to_rerun=True)(lambda ctx, *, text: text)
-    worker = JobMiddleware(settings, engine=engine, registry=registry, check_schema=False)
-    worker._broker = broker
-    gateway = JobLayerGateway(engine=engine, broker=broker, settings=settings, registry=registry)
-    yield {"engine": engine, "broker": broker, "settings": settings, "gateway": gateway, "worker": worker}
-    broker.close()
-    engine.dispose()
+def layer(app: Flask, driver: JobDriver, web_settings: Settings) -> dict[str, Any]:
+    """The parts of the real job layer under the app (the conftest's migrated file per test)."""
+    services = app.extensions["tenure"]
+    return {
+        "engine": services.engine,
+        "broker": services.broker,
+        "settings": web_settings,
+        "gateway": services.jobs,
+        "worker": driver.worker,
+    }
 
 
 @pytest.fixture()
-def real_app(layer: dict[str, Any], tmp_path: Path) -> Flask:
-    from webapp import create_app
-
-    return create_app(
-        {
-            "TESTING": True,
-            "SECRET_KEY": "test-secret",
-            "TENURE_ENGINE": layer["engine"],
-            "TENURE_BROKER": layer["broker"],
-            "TENURE_JOBS": layer["gateway"],
-            "TENURE_SETTINGS": layer["settings"],
-            "TENURE_MIGRATIONS_DIR": None,
-            "LIVE_POLL_S": 0.05,
-        }
-    )
+def real_app(app: Flask) -> Flask:
+    return app
 
 
 @pytest.fixture()
-def real_client(real_app: Flask) -> FlaskClient:
-    return real_app.test_client()
+def real_client(client: FlaskClient) -> FlaskClient:
+    return client
 
 
 @pytest.fixture()
@@ -74,10 +52,10 @@ def _failed_job_of(client: FlaskClient, owner: Person, layer: dict[str, Any]) ->
     job_id = client.post("/api/v1/jobs", json={"kind": "echo", "payload": {"text": "a"}}, headers=owner.bearer).json[
         "id"
     ]
-    ctx = layer["worker"]._claim(layer["broker"], job_id)
+    ctx = layer["worker"].claimer.claim(layer["broker"], job_id)
     assert ctx is not None
     ctx._kind = layer["worker"].registry.find("echo")
-    layer["worker"].finish(ctx, ctx._kind, "error", RuntimeError("boom"))  # retries left: back to queued
+    layer["worker"].runner.record(ctx, failure(ctx, ctx._kind, RuntimeError("boom")))  # retries left: back to queued
     with layer["engine"].begin() as conn:  # end it failed, as a last attempt would
         conn.execute(
             text("UPDATE jobs SET status = 'failed', completed_at = updated_at, run_after = 0 WHERE id = :id"),
@@ -133,9 +111,9 @@ def test_lists_search_bulk_and_activity_never_reach_foreign_jobs(
     alice, bob = people
     queued = real_client.post("/api/v1/jobs", json={"kind": "echo", "payload": {"text": "a"}}, headers=alice.bearer)
     done = real_client.post("/api/v1/jobs", json={"kind": "echo", "payload": {"text": "b"}}, headers=alice.bearer)
-    ctx = layer["worker"]._claim(layer["broker"], done.json["id"])
+    ctx = layer["worker"].claimer.claim(layer["broker"], done.json["id"])
     assert ctx is not None
-    run_job(layer["worker"], ctx)
+    layer["worker"].runner(ctx)
     assert real_client.get("/api/v1/jobs", headers=bob.bearer).json["items"] == []
     assert real_client.get(f"/api/v1/jobs?q={queued.json['id']}", headers=bob.bearer).json["items"] == []
     assert len(real_client.get("/api/v1/jobs", headers=alice.bearer).json["items"]) == 2

@@ -4,32 +4,11 @@ from __future__ import annotations
 
 import errno
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine
 
-from jobs.db import make_engine
-from jobs.schema import upgrade
 from tasks.domain.write_gate import WriteGate
 from tasks.store import SQLGateStore
-from webapp.services import default_migrations_dir
-
-
-@pytest.fixture()
-def web_engine(tmp_path: Path) -> Iterator[Engine]:
-    """A migrated job database (the gate's table exists only there)."""
-    url = f"sqlite:///{tmp_path / 'tenure.db'}"
-    upgrade(url)
-    engine = make_engine(url)
-    yield engine
-    engine.dispose()
-
-
-@pytest.fixture()
-def app_config(app_config: dict) -> dict:
-    return app_config | {"TENURE_MIGRATIONS_DIR": default_migrations_dir()}
 
 
 def test_readiness_fails_while_a_worker_holds_an_output_root_degraded(client, web_engine, root, alice, tmp_path):  # type: ignore[no-untyped-def]

@@ -12,6 +12,7 @@ import pytest
 from flask.testing import FlaskClient
 from sqlalchemy import text
 
+from jobs import payloads
 from webapp.strict_json import MAX_DEPTH
 
 from .conftest import Person, _person, login
@@ -24,7 +25,13 @@ JSON = {"Content-Type": "application/json"}
 def admin(layer: dict[str, Any]) -> Person:  # noqa: F811
     registry = layer["gateway"].registry
 
-    @registry.kind("measure", broker=layer["broker"], safe_to_rerun=True)
+    schema = payloads.schema(
+        "Measure",
+        start_s=payloads.field("number", "Start", unit="s", required=True),
+        data=payloads.field("object", "Data", nullable=True),
+    )
+
+    @registry.kind("measure", broker=layer["broker"], safe_to_rerun=True, payload=schema)
     def measure(ctx: Any, *, start_s: float, data: dict | None = None) -> float:
         return start_s
 

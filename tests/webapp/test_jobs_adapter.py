@@ -2,41 +2,40 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from jobs import JobContext, Step, WorkflowRequest, schema, workflow_steps
+from jobs import JobContext, Step, WorkflowRequest, payloads, schema, workflow_steps
 from jobs.db import make_engine
 from jobs.registry import Registry
 from settings.environment import Settings
 from webapp.errors import Conflict, Invalid, JobNotFoundError, NotFound
 from webapp.gateway import JobQuery
-from webapp.jobs_adapter import JobLayerGateway, _check_payload, _field_type
+from webapp.jobs_adapter import JobLayerGateway
 
 
-def build(
-    ctx: JobContext,
-    *,
-    name: str,
-    count: int = 1,
-    ratio: float | None = None,
-    loud: bool = False,
-    tags: Sequence[str] = (),
-    files: list[str] | None = None,
-    meta: Mapping[str, object] | None = None,
-    where: Path | None = None,
-) -> None:
-    """Build a thing.
+def build(ctx: JobContext, **payload: object) -> None:
+    return None
 
-    Longer description.
-    """
+
+BUILD = payloads.schema(
+    "Build a thing",
+    "Longer description.",
+    name=payloads.field("string", "Name", required=True),
+    count=payloads.field("integer", "Count", default=1),
+    ratio=payloads.field("number", "Ratio", nullable=True),
+    loud=payloads.field("boolean", "Loud"),
+    tags=payloads.field("list", "Tags"),
+    files=payloads.field("list", "Files", nullable=True),
+    meta=payloads.field("object", "Meta", nullable=True),
+    where=payloads.field("string", "Where", nullable=True),
+)
 
 
 def test_field_types_and_payload_checks() -> None:
-    assert [_field_type(t) for t in (str, int, float, bool, list[str], Sequence[str], dict, Mapping[str, int])] == [
+    assert [f.type for f in BUILD.fields()] == [
         "string",
         "integer",
         "number",
@@ -44,13 +43,12 @@ def test_field_types_and_payload_checks() -> None:
         "list",
         "list",
         "object",
-        "object",
+        "string",
     ]
-    assert _field_type(int | None) == "integer" and _field_type(Path | None) == "string"
-    assert _check_payload(build, {"name": "x", "count": 2, "ratio": None, "tags": ["a"], "meta": {"k": 1}}) == {}
-    problems = _check_payload(build, {"count": 1.5, "loud": 1, "tags": "a", "meta": [], "extra": 1, "where": 3})
+    assert BUILD.problems({"name": "x", "count": 2, "ratio": None, "tags": ["a"], "meta": {"k": 1}}) == {}
+    problems = BUILD.problems({"count": 1.5, "loud": 1, "tags": "a", "meta": [], "extra": 1, "where": 3})
     assert set(problems) == {"name", "count", "loud", "tags", "meta", "extra", "where"}
-    assert _check_payload(build, {"name": "x", "count": None}) == {"count": ["Field may not be null."]}
+    assert BUILD.problems({"name": "x", "count": None}) == {"count": ["Field may not be null."]}
 
 
 @pytest.fixture()
@@ -62,11 +60,11 @@ def gateway(tmp_path: Path):  # type: ignore[no-untyped-def]
     engine = make_engine(url)
     broker = SQLiteBroker(url, middleware=[])
     registry = Registry()
-    registry.kind("build", queue="builds", broker=broker)(build)
+    registry.kind("build", queue="builds", broker=broker, payload=BUILD)(build)
+    echo_payload = payloads.schema("Echo", text=payloads.field("string", "Text", required=True))
 
-    @registry.kind("echo", queue="echoes", broker=broker)
+    @registry.kind("echo", queue="echoes", broker=broker, payload=echo_payload)
     def echo(ctx: JobContext, *, text: str) -> dict:
-        """Echo."""
         return {"text": text}
 
     settings = Settings(database_url=url, broker_url=url, output_root=str(tmp_path / "out"))
@@ -82,13 +80,14 @@ def _submit(gw, owner="1", kind="echo", key=None, **payload):  # type: ignore[no
     )
 
 
-def test_kinds_from_signatures(gateway) -> None:  # type: ignore[no-untyped-def]
+def test_kinds_from_their_payload_schemas(gateway) -> None:  # type: ignore[no-untyped-def]
     kinds = {k.name: k for k in gateway.kinds()}
     b = kinds["build"]
     assert (b.title, b.description, b.queue) == ("Build a thing", "Longer description.", "builds")
     fields = {f.name: f for f in b.fields}
     assert fields["name"].required and fields["count"].default == 1 and fields["ratio"].nullable
     assert fields["tags"].type == "list" and fields["meta"].type == "object"
+    assert fields["name"].label == "Name" and b.payload_schema == BUILD.json_schema()
 
 
 def test_submit_answers(gateway) -> None:  # type: ignore[no-untyped-def]
@@ -163,7 +162,7 @@ def test_global_change_feed_notices(gateway) -> None:  # type: ignore[no-untyped
     theirs, _ = _submit(gateway, owner="2")
     notices, scanned = gateway.notices("1", after=head, limit=10)
     assert [(n.job_id, n.status, n.type) for n in notices] == [(mine.id, "queued", "status")]
-    assert scanned == head + 2 == gateway.head()  # past bob's change too
+    assert int(scanned) == int(head) + 2 and scanned == gateway.head()  # past bob's change too
     everything, _ = gateway.notices(None, after=head, limit=10)
     assert [n.job_id for n in everything] == [mine.id, theirs.id]
     gateway.cancel("1", mine.id, by="1")
@@ -176,8 +175,9 @@ def test_global_change_feed_notices(gateway) -> None:  # type: ignore[no-untyped
     assert len(limited) == 1 and position == limited[0].id
     from jobs.queries import changes_after
 
-    items, oldest, newest = changes_after(gateway.engine, 0, owner_id="1", limit=10)
-    assert oldest == 1 and newest == gateway.head() and {c.job_id for c in items} == {mine.id}
+    page = changes_after(gateway.engine, "0", owner_id="1", limit=10)
+    items = page.items
+    assert page.cursor == gateway.head() and {c.job_id for c in items} == {mine.id}
     assert not hasattr(items[0], "data") and not hasattr(items[0], "payload")
 
 
@@ -196,9 +196,14 @@ def test_output_files(gateway, tmp_path: Path) -> None:  # type: ignore[no-untyp
 
 
 def test_a_workflow_kind_is_listed_and_submitted_like_a_job_kind(gateway) -> None:  # type: ignore[no-untyped-def]
-    @gateway.registry.workflow("echo_twice")
+    schema = payloads.schema(
+        "Echo, several times in a row",
+        text=payloads.field("string", "Text", required=True),
+        times=payloads.field("integer", "Times", default=2),
+    )
+
+    @gateway.registry.workflow("echo_twice", payload=schema)
     def echo_twice(request: WorkflowRequest, *, text: str, times: int = 2) -> list[Step]:
-        """Echo, several times in a row."""
         return [Step(f"echo-{n}", "echo", {"text": text}, [f"echo-{n - 1}"] if n else []) for n in range(times)]
 
     kind = {k.name: k for k in gateway.kinds()}["echo_twice"]

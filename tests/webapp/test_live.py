@@ -39,50 +39,66 @@ def _next(ws, type_: str = "notice", timeout: float = 5.0) -> dict:  # type: ign
             return message
 
 
-def _submit(fake, person, text="x"):  # type: ignore[no-untyped-def]
-    return fake.submit(
-        owner_id=person.user.owner_id, kind="echo", payload={"text": text}, idempotency_key=None, priority=0, delay_s=0
-    )[0]
+def _submit(driver, person, text="x"):  # type: ignore[no-untyped-def]
+    return driver.submit(person.user.owner_id, payload={"text": text})
 
 
-def test_resume_after_cursor_loses_nothing(server, fake_jobs, alice):  # type: ignore[no-untyped-def]
+def test_resume_after_cursor_loses_nothing(server, driver, alice):  # type: ignore[no-untyped-def]
     with _ws(server, alice.bearer) as ws:
         hello = _next(ws, "hello")
-        assert hello["cursor"] == 0 and hello["heartbeat_s"] == 10
-        first = [_submit(fake_jobs, alice, str(i)).id for i in range(3)]
+        assert hello["cursor"] == "0" and hello["heartbeat_s"] == 10
+        first = [_submit(driver, alice, str(i)).id for i in range(3)]
         got = [_next(ws) for _ in range(3)]
     assert [m["job_id"] for m in got] == first and all(m["status"] == "queued" for m in got)
     cursor = got[-1]["id"]
-    # While disconnected: new jobs and status changes.
-    later = [_submit(fake_jobs, alice, f"later{i}").id for i in range(3)]
-    fake_jobs.advance(first[0], status="running", progress=0.25)
-    fake_jobs.advance(first[0], progress=0.5)
+    # While disconnected: new jobs, a status change, progress and an event.
+    later = [_submit(driver, alice, f"later{i}").id for i in range(3)]
+    driver.start(first[0])
+    driver.progress(first[0], 0.5)
+    driver.event(first[0], "half_way")
     with _ws(server, alice.bearer, f"?cursor={cursor}") as ws:
         assert _next(ws, "hello")["cursor"] == cursor
         resumed = [_next(ws) for _ in range(5)]
     assert [m["job_id"] for m in resumed] == [*later, first[0], first[0]]
-    assert [m["id"] for m in resumed] == list(range(cursor + 1, cursor + 6))
+    assert [int(m["id"]) for m in resumed] == list(range(int(cursor) + 1, int(cursor) + 6))
     assert resumed[3]["kind"] == "status" and resumed[4]["progress"] == 0.5
 
 
-def test_too_old_cursor_gets_resync(app, server, fake_jobs, alice):  # type: ignore[no-untyped-def]
-    fake_jobs.retain = 5
+def test_too_old_cursor_gets_resync(app, server, driver, alice):  # type: ignore[no-untyped-def]
+    from jobs.retention import DAY_S, RetentionPolicy, prune
+
     for i in range(20):
-        _submit(fake_jobs, alice, str(i))
+        _submit(driver, alice, str(i))
+    # Retention deletes the first jobs' events (cancelled, past their retention): a cursor before them
+    # may have missed some.
+    for job in driver_jobs_oldest_first(driver)[:5]:
+        app.extensions["tenure"].jobs.cancel(None, job, by="root")
+    _submit(driver, alice, "newest")  # retention never deletes the newest event row (SQLite reuses its id)
+    later_ms = 10 * 86_400_000 + driver.job(driver_jobs_oldest_first(driver)[-1]).created_at.timestamp() * 1000
+    policy = RetentionPolicy(jobs_s={s: DAY_S for s in ("succeeded", "failed", "cancelled", "interrupted")})
+    assert prune(driver.engine, policy, now=int(later_ms)).jobs == 5
+    head = app.extensions["tenure"].jobs.head()
     with _ws(server, alice.bearer, "?cursor=3") as ws:
         _next(ws, "hello")
         resync = _next(ws, "resync")
-    assert resync == {"type": "resync", "reason": "cursor_expired", "cursor": 20}
+    assert resync == {"type": "resync", "reason": "cursor_expired", "cursor": head}
 
 
-def test_falling_behind_gets_resync(app, server, fake_jobs, alice):  # type: ignore[no-untyped-def]
+def driver_jobs_oldest_first(driver) -> list[str]:  # type: ignore[no-untyped-def]
+    import jobs
+
+    records = jobs.list_jobs(driver.engine, owner_id="", is_admin=True, limit=500)
+    return [r.id for r in sorted(records, key=lambda r: (r.created_at, r.id))]
+
+
+def test_falling_behind_gets_resync(app, server, driver, alice):  # type: ignore[no-untyped-def]
     app.config["LIVE_MAX_BACKLOG"] = 5
-    _submit(fake_jobs, alice)
+    _submit(driver, alice)
     for i in range(10):
-        _submit(fake_jobs, alice, str(i))
+        _submit(driver, alice, str(i))
     with _ws(server, alice.bearer, "?cursor=1") as ws:
         _next(ws, "hello")
-        assert _next(ws, "resync") == {"type": "resync", "reason": "behind", "cursor": 11}
+        assert _next(ws, "resync") == {"type": "resync", "reason": "behind", "cursor": "11"}
 
 
 def test_fifth_connection_of_one_identity_gets_429(server, alice, bob):  # type: ignore[no-untyped-def]
@@ -132,27 +148,27 @@ def test_cookie_session_needs_same_origin(app, server, alice):  # type: ignore[n
         assert _next(ws, "hello")["type"] == "hello"
 
 
-def test_users_see_only_their_jobs_admins_everything(server, fake_jobs, alice, bob, root):  # type: ignore[no-untyped-def]
+def test_users_see_only_their_jobs_admins_everything(server, driver, alice, bob, root):  # type: ignore[no-untyped-def]
     with _ws(server, alice.bearer) as a, _ws(server, root.bearer) as r:
         _next(a, "hello")
         _next(r, "hello")
-        theirs = _submit(fake_jobs, bob, "b")
-        mine = _submit(fake_jobs, alice, "a")
+        theirs = _submit(driver, bob, "b")
+        mine = _submit(driver, alice, "a")
         assert _next(a)["job_id"] == mine.id  # bob's notice was skipped
         assert [_next(r)["job_id"] for _ in range(2)] == [theirs.id, mine.id]
         a.send("ignored")  # client frames are ignored
-        again = _submit(fake_jobs, alice, "a2")
+        again = _submit(driver, alice, "a2")
         assert _next(a)["job_id"] == again.id
 
 
-def test_heartbeat_and_sse_resume(app, server, fake_jobs, alice):  # type: ignore[no-untyped-def]
+def test_heartbeat_and_sse_resume(app, server, driver, alice):  # type: ignore[no-untyped-def]
     import http.client
 
     app.config["LIVE_HEARTBEAT_S"] = 0.2
     with _ws(server, alice.bearer) as ws:
         _next(ws, "hello")
-        assert _next(ws, "heartbeat", timeout=3)["cursor"] == 0
-    jobs = [_submit(fake_jobs, alice, str(i)).id for i in range(3)]
+        assert _next(ws, "heartbeat", timeout=3)["cursor"] == "0"
+    jobs = [_submit(driver, alice, str(i)).id for i in range(3)]
     host, port = server.split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=5)
     conn.request("GET", "/api/v1/live.sse", headers={**alice.bearer, "Last-Event-ID": "1"})
@@ -168,7 +184,7 @@ def test_heartbeat_and_sse_resume(app, server, fake_jobs, alice):  # type: ignor
             seen.append((event or "", json.loads(line[6:])))
     conn.close()
     notices = [d for e, d in seen if e == "notice"]
-    assert [n["job_id"] for n in notices] == jobs[1:] and [n["id"] for n in notices] == [2, 3]
+    assert [n["job_id"] for n in notices] == jobs[1:] and [n["id"] for n in notices] == ["2", "3"]
     assert seen[0][0] == "hello"
     with pytest.raises(InvalidStatus) as refused:
         with _ws(server, alice.bearer, "?cursor=abc"):
@@ -183,45 +199,18 @@ def _serve(app):  # type: ignore[no-untyped-def]
     return srv, thread
 
 
-def test_cursor_resumes_on_another_app_instance(tmp_path, app_config, alice, bob):  # type: ignore[no-untyped-def]
+def test_cursor_resumes_on_another_app_instance(app_config, database_path, driver, alice, bob):  # type: ignore[no-untyped-def]
     """Two web processes (two apps, two servers) on one database: a cursor from one resumes on the other."""
-    from broker import SQLiteBroker
-    from jobs import JobContext, schema
     from jobs.db import make_engine
-    from jobs.registry import Registry
-    from settings.environment import Settings
     from webapp import create_app
-    from webapp.jobs_adapter import JobLayerGateway
 
-    url = f"sqlite:///{tmp_path / 'jobs.db'}"
-    schema.upgrade(url)
-    broker = SQLiteBroker(url, middleware=[])
-    registry = Registry()
-
-    @registry.kind("echo", broker=broker)
-    def echo(ctx: JobContext, *, text: str) -> dict:
-        """Echo."""
-        return {"text": text}
-
-    settings = Settings(database_url=url, broker_url=url, output_root=str(tmp_path / "out"))
-    engines = [make_engine(url), make_engine(url)]
-    gateways = [JobLayerGateway(engine=e, broker=broker, settings=settings, registry=registry) for e in engines]
-    servers = [_serve(create_app({**app_config, "TENURE_JOBS": gw})) for gw in gateways]
+    engines = [make_engine(f"sqlite:///{database_path}") for _ in range(2)]
+    apps = [create_app({**app_config, "TENURE_ENGINE": e}) for e in engines]
+    servers = [_serve(a) for a in apps]
     first, second = (f"127.0.0.1:{srv.server_port}" for srv, _ in servers)
 
     def submit(person, text):  # type: ignore[no-untyped-def]
-        return (
-            gateways[0]
-            .submit(
-                owner_id=person.user.owner_id,
-                kind="echo",
-                payload={"text": text},
-                idempotency_key=None,
-                priority=0,
-                delay_s=0,
-            )[0]
-            .id
-        )
+        return _submit(driver, person, text).id
 
     try:
         with _ws(first, alice.bearer) as ws:
@@ -232,17 +221,16 @@ def test_cursor_resumes_on_another_app_instance(tmp_path, app_config, alice, bob
         cursor = got[-1]["id"]
         # While disconnected, through the OTHER process: new jobs (alice's and bob's) and a cancel.
         later = [submit(alice, "a2"), submit(bob, "b1")]
-        gateways[1].cancel(alice.user.owner_id, early[0], by=alice.user.owner_id)
+        apps[1].extensions["tenure"].jobs.cancel(alice.user.owner_id, early[0], by=alice.user.owner_id)
         with _ws(second, alice.bearer, f"?cursor={cursor}") as ws:
             assert _next(ws, "hello")["cursor"] == cursor
             resumed = [_next(ws) for _ in range(2)]
         assert all(m["type"] == "notice" for m in resumed)  # no resync
         assert [(m["job_id"], m["status"]) for m in resumed] == [(later[0], "queued"), (early[0], "cancelled")]
-        assert resumed[0]["id"] > cursor and resumed[1]["id"] > resumed[0]["id"]
+        assert int(resumed[0]["id"]) > int(cursor) and int(resumed[1]["id"]) > int(resumed[0]["id"])
     finally:
         for srv, thread in servers:
             srv.shutdown()
             thread.join(5)
-        broker.close()
         for engine in engines:
             engine.dispose()

@@ -9,10 +9,8 @@ from flask.testing import FlaskClient
 from sqlalchemy import Engine
 
 from settings.runtime_models import metadata, runtime_settings
-from webapp.gateway import ScheduleView
 
 from .conftest import Person, login
-from .fake_jobs import FakeJobs
 
 SECRET = "whsec_czNjcjN0LXdlYmhvb2stdmFsdWUtczNjcjN0LXdlYmg="  # a Standard Webhooks secret
 
@@ -110,19 +108,27 @@ def test_queue_and_schedule_pause_are_applied(
     client: FlaskClient,
     root: Person,
     web_broker,
-    fake_jobs: FakeJobs,  # type: ignore[no-untyped-def]
+    app,  # type: ignore[no-untyped-def]
 ) -> None:
-    fake_jobs.schedule_list = [ScheduleView(name="nightly", cron="0 3 * * *")]
+    from tasks.scheduling import cron, install, schedule_job
+
+    install(web_broker)
+    schedule_job("echo", cron("0 3 * * *", name="nightly"), broker=web_broker)
+
+    def nightly_paused() -> bool:
+        (view,) = app.extensions["tenure"].jobs.schedules()
+        return view.paused
+
     r = _put(client, root, {"queues.default.paused": True, "schedules.nightly.paused": True}, 0)
     assert r.status_code == 200, r.get_data(as_text=True)
     assert r.get_json()["changed"] == {"queues.default.paused": True, "schedules.nightly.paused": True}
     assert {s.queue: s.paused for s in web_broker.stats()}["default"]
-    assert fake_jobs.schedule_list[0].paused
+    assert nightly_paused()
     # omitting the keys falls back to the default (not paused), applied at once
     r = _put(client, root, {}, 1)
     assert r.get_json()["changed"] == {"queues.default.paused": False, "schedules.nightly.paused": False}
     assert not {s.queue: s.paused for s in web_broker.stats()}["default"]
-    assert not fake_jobs.schedule_list[0].paused
+    assert not nightly_paused()
 
 
 def test_settings_page_shows_and_saves_with_csrf(client: FlaskClient, root: Person, alice: Person) -> None:

@@ -14,13 +14,11 @@ def test_smoke(client, alice):  # type: ignore[no-untyped-def]
     print(sorted(r.json["paths"]))
 
 
-def test_ui_smoke(client, alice, root, fake_jobs):  # type: ignore[no-untyped-def]
+def test_ui_smoke(client, alice, root, driver):  # type: ignore[no-untyped-def]
     r = client.get("/jobs")
     assert r.status_code == 302 and "/login" in r.headers["Location"]
     token = login(client, alice)
-    job, _ = fake_jobs.submit(
-        owner_id=alice.user.owner_id, kind="echo", payload={"text": "x"}, idempotency_key=None, priority=0, delay_s=0
-    )
+    job = driver.submit(alice.user.owner_id, payload={"text": "x"})
     for path in [
         "/jobs",
         f"/jobs/{job.id}",

@@ -5,52 +5,50 @@ from __future__ import annotations
 from .conftest import login
 
 
-def _job(fake, person, text="x"):  # type: ignore[no-untyped-def]
-    return fake.submit(
-        owner_id=person.user.owner_id, kind="echo", payload={"text": text}, idempotency_key=None, priority=0, delay_s=0
-    )[0]
+def _job(driver, person, text="x"):  # type: ignore[no-untyped-def]
+    return driver.submit(person.user.owner_id, payload={"text": text})
 
 
-def test_bulk_by_filter_shows_dry_run_then_acts(client, alice, bob, fake_jobs):  # type: ignore[no-untyped-def]
-    mine = [_job(fake_jobs, alice, str(i)) for i in range(3)]
-    theirs = _job(fake_jobs, bob)
-    fake_jobs.advance(mine[0].id, status="succeeded")
+def test_bulk_by_filter_shows_dry_run_then_acts(client, alice, bob, driver):  # type: ignore[no-untyped-def]
+    mine = [_job(driver, alice, str(i)) for i in range(3)]
+    theirs = _job(driver, bob)
+    driver.succeed(mine[0].id)
     token = login(client, alice)
     page = client.get("/jobs?status=queued&status=succeeded").get_data(as_text=True)
     assert "status=queued" in page and "status=succeeded" in page  # the bulk links keep every filter
     confirm = client.get("/jobs/bulk-by-filter?action=cancel&status=queued&status=succeeded").get_data(as_text=True)
     assert "<strong>3</strong> job(s) match" in confirm and "<strong>2</strong> can be cancelled" in confirm
-    assert fake_jobs.jobs[mine[1].id].status == "queued"  # a dry run changes nothing
+    assert driver.status(mine[1].id) == "queued"  # a dry run changes nothing
     r = client.post(
         "/jobs/bulk-by-filter",
         data={"csrf_token": token, "action": "cancel", "status": ["queued", "succeeded"]},
     )
     assert r.status_code == 302
-    assert [fake_jobs.jobs[j.id].status for j in mine] == ["succeeded", "cancelled", "cancelled"]
-    assert fake_jobs.jobs[theirs.id].status == "queued"
+    assert [driver.status(j.id) for j in mine] == ["succeeded", "cancelled", "cancelled"]
+    assert driver.status(theirs.id) == "queued"
 
 
-def test_bulk_selected_and_detail_actions(client, alice, fake_jobs):  # type: ignore[no-untyped-def]
-    jobs = [_job(fake_jobs, alice, str(i)) for i in range(2)]
+def test_bulk_selected_and_detail_actions(client, alice, driver):  # type: ignore[no-untyped-def]
+    jobs = [_job(driver, alice, str(i)) for i in range(2)]
     token = login(client, alice)
     r = client.post("/jobs/bulk", data={"csrf_token": token, "action": "cancel", "ids": [j.id for j in jobs]})
-    assert r.status_code == 302 and all(fake_jobs.jobs[j.id].status == "cancelled" for j in jobs)
+    assert r.status_code == 302 and all(driver.status(j.id) == "cancelled" for j in jobs)
     panel = client.post(f"/jobs/{jobs[0].id}/cancel", data={"csrf_token": token}, headers={"HX-Request": "true"})
     assert panel.status_code == 200 and 'id="job-panel"' in panel.get_data(as_text=True)
     retried = client.post(f"/jobs/{jobs[0].id}/retry", data={"csrf_token": token})
     assert retried.status_code == 302 and retried.headers["Location"] != f"/jobs/{jobs[0].id}"
 
 
-def test_event_data_reads_as_text_not_python_reprs(client, alice, fake_jobs):  # type: ignore[no-untyped-def]
-    job = _job(fake_jobs, alice)
-    fake_jobs._event(job.id, "steps_added", steps=["transcribe-0", "render <b>"], sizes={"a": 1})
+def test_event_data_reads_as_text_not_python_reprs(client, alice, driver):  # type: ignore[no-untyped-def]
+    job = _job(driver, alice)
+    driver.event(job.id, "steps_added", steps=["transcribe-0", "render <b>"], sizes={"a": 1})
     login(client, alice)
     page = client.get(f"/jobs/{job.id}").get_data(as_text=True)
     assert "steps=transcribe-0 render &lt;b&gt;" in page and "sizes=a: 1" in page
     assert "[&#39;" not in page and "{&#39;" not in page
 
 
-def test_submit_form_validation_and_idempotent_resubmit(client, alice, fake_jobs):  # type: ignore[no-untyped-def]
+def test_submit_form_validation_and_idempotent_resubmit(client, alice, driver):  # type: ignore[no-untyped-def]
     token = login(client, alice)
     r = client.post("/submit/echo", data={"csrf_token": token, "idempotency_key": "k", "p_times": "abc"})
     page = r.get_data(as_text=True)
@@ -58,8 +56,8 @@ def test_submit_form_validation_and_idempotent_resubmit(client, alice, fake_jobs
     data = {"csrf_token": token, "idempotency_key": "k", "p_text": "hi", "p_times": "2"}
     first = client.post("/submit/echo", data=data)
     second = client.post("/submit/echo", data=data)  # a double-click: same job
-    assert first.headers["Location"] == second.headers["Location"] and len(fake_jobs.jobs) == 1
-    assert fake_jobs.payloads[next(iter(fake_jobs.jobs))] == {"text": "hi", "times": 2}
+    assert first.headers["Location"] == second.headers["Location"] and driver.count() == 1
+    assert driver.payload(first.headers["Location"].rsplit("/", 1)[1]) == {"text": "hi", "times": 2}
     assert client.get("/submit/nope").status_code == 404
 
 
@@ -89,8 +87,8 @@ def test_login_redirects_only_to_local_paths(client, alice):  # type: ignore[no-
     assert "Invalid user name or password" in bad.get_data(as_text=True)
 
 
-def test_admin_filters_by_user_name(client, alice, bob, root, fake_jobs):  # type: ignore[no-untyped-def]
-    a, b = _job(fake_jobs, alice), _job(fake_jobs, bob)
+def test_admin_filters_by_user_name(client, alice, bob, root, driver):  # type: ignore[no-untyped-def]
+    a, b = _job(driver, alice), _job(driver, bob)
     login(client, root)
     page = client.get("/jobs?owner=bob").get_data(as_text=True)
     assert b.id[:12] in page and a.id[:12] not in page

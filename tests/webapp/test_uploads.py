@@ -65,16 +65,14 @@ def test_hostile_xml_size_limit_and_auth(client, app, alice, recording, tmp_path
 
 
 def test_submit_form_uploads_files_then_imports_the_stored_folder(  # type: ignore[no-untyped-def]
-    client, alice, fake_jobs, recording, tmp_path, monkeypatch
+    client, alice, driver, kinds, web_broker, recording, tmp_path
 ) -> None:
-    from webapp.gateway import FieldSpec, KindInfo
+    from tasks.import_recording import PAYLOAD
 
-    from . import fake_jobs as fake_module
     from .conftest import login
 
-    folder_field = FieldSpec("folder", "string", False, nullable=True)
-    importer = KindInfo("import_recording", "Import", "", "default", (folder_field,))
-    monkeypatch.setattr(fake_module, "KINDS", [*fake_module.KINDS, importer])
+    # The real kind's payload schema; its function does not run (no worker in web tests).
+    kinds.kind("import_recording", payload=PAYLOAD, broker=web_broker)(lambda ctx, **payload: None)
     token = login(client, alice)
     form = client.get("/submit/import_recording").get_data(as_text=True)
     assert 'enctype="multipart/form-data"' in form and 'name="upload"' in form
@@ -83,7 +81,7 @@ def test_submit_form_uploads_files_then_imports_the_stored_folder(  # type: igno
     bad = {"csrf_token": token, "upload": [(io.BytesIO(b"not a video"), "seg.flv")]}
     r = client.post("/submit/import_recording", data=bad, content_type="multipart/form-data")
     assert r.status_code == 200 and "not a valid flv file" in r.get_data(as_text=True)
-    assert not fake_jobs.jobs and not (tmp_path / "outputs" / "uploads").exists()
+    assert driver.count() == 0 and not (tmp_path / "outputs" / "uploads").exists()
 
     # The real files: stored, then submitted with the stored folder
     files = [(io.BytesIO(p.read_bytes()), p.name) for p in recording]
@@ -93,7 +91,7 @@ def test_submit_form_uploads_files_then_imports_the_stored_folder(  # type: igno
         content_type="multipart/form-data",
     )
     assert r.status_code == 302, r.get_data(as_text=True)
-    (payload,) = fake_jobs.payloads.values()
+    payload = driver.payload(r.headers["Location"].rsplit("/", 1)[1])
     folder = Path(payload["folder"])
     assert folder.parent == (tmp_path / "outputs" / "uploads" / alice.user.owner_id).resolve()
     assert sorted(p.name for p in folder.iterdir()) == [p.name for p in recording]

@@ -51,41 +51,18 @@ class TenureApi(Api):
         return current_app.response_class(json.dumps(doc, indent=2), mimetype="application/json")
 
 
-_JSON_TYPES: dict[str, dict[str, Any]] = {
-    "string": {"type": "string"},
-    "text": {"type": "string"},
-    "integer": {"type": "integer"},
-    "number": {"type": "number"},
-    "boolean": {"type": "boolean"},
-    "list": {"type": "array", "items": {"type": "string"}},
-    "object": {"type": "object"},
-}
-
-
 def submit_schema_per_kind(base: dict[str, Any], kinds: list[Any]) -> dict[str, Any]:
-    """``oneOf`` one object per kind: ``kind`` is its name, ``payload`` has exactly its fields."""
+    """``oneOf`` one object per kind: ``kind`` is its name, ``payload`` the kind's own JSON Schema (the
+    one :func:`jobs.submit` validates with)."""
     variants = []
     for kind in kinds:
-        properties: dict[str, Any] = {}
-        for field in kind.fields:
-            prop: dict[str, Any] = dict(_JSON_TYPES.get(field.type, _JSON_TYPES["string"]))
-            if field.nullable:
-                prop["type"] = [prop["type"], "null"]
-            if field.choices:
-                prop["enum"] = list(field.choices)
-            if field.help:
-                prop["description"] = field.help
-            properties[field.name] = prop
-        required = [f.name for f in kind.fields if f.required]
-        payload = {"type": "object", "properties": properties, "additionalProperties": False}
-        if required:
-            payload["required"] = required
+        payload = kind.payload_schema
         variant = {
             "type": "object",
             "title": kind.name,
             "description": kind.title,
             "properties": {**base.get("properties", {}), "kind": {"const": kind.name}, "payload": payload},
-            "required": ["kind", "payload"] if required else ["kind"],
+            "required": ["kind", "payload"] if payload.get("required") else ["kind"],
             "additionalProperties": False,
         }
         variants.append(variant)

@@ -71,6 +71,10 @@ class JobSchema(ma.Schema):
     error = fields.String(allow_none=True)
     result = fields.Raw(allow_none=True)
     retry_of_job_id = fields.String(allow_none=True)
+    parent_job_id = fields.String(allow_none=True, metadata={"description": "the workflow this job is a step of"})
+    summary = fields.String(
+        allow_none=True, metadata={"description": "the kind's short description of the job (never its payload)"}
+    )
     files = fields.List(fields.String(), required=True)
     can_cancel = fields.Boolean(required=True, metadata={"description": "cancel is allowed now"})
     can_retry = fields.Boolean(required=True, metadata={"description": "retry is allowed now"})
@@ -172,9 +176,13 @@ class EventPageSchema(ma.Schema):
 class KindFieldSchema(ma.Schema):
     name = fields.String(required=True)
     type = fields.String(required=True)
+    label = fields.String(required=True)
     required = fields.Boolean(required=True)
     default = fields.Raw(allow_none=True)
     help = fields.String()
+    unit = fields.String(allow_none=True)
+    minimum = fields.Float(allow_none=True)
+    maximum = fields.Float(allow_none=True)
     choices = fields.List(fields.String())
 
 
@@ -184,6 +192,7 @@ class KindSchema(ma.Schema):
     description = fields.String()
     queue = fields.String(required=True)
     fields_ = fields.List(fields.Nested(KindFieldSchema), data_key="fields", attribute="fields", required=True)
+    payload_schema = fields.Dict(required=True, metadata={"description": "the payload's JSON Schema"})
 
 
 class QueueSchema(ma.Schema):

@@ -84,7 +84,7 @@
       } else if (m.type === "resync") {
         cursor = m.cursor;
         refreshAll();
-      } else if (typeof m.cursor === "number") {
+      } else if (typeof m.cursor === "string") {
         const reconnecting = cursor !== null && m.type === "hello";
         cursor = m.cursor;
         if (reconnecting) refreshAll();

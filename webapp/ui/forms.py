@@ -38,21 +38,57 @@ class SubmitBase(FlaskForm):
 
 
 def _field(spec: FieldSpec) -> Any:
-    label = spec.name.replace("_", " ").capitalize()
+    label = spec.label or spec.name.replace("_", " ").capitalize()
+    if spec.unit:
+        label = f"{label} ({spec.unit})"
     required = [InputRequired()] if spec.required else [Optional()]
     kwargs = {"description": spec.help, "default": spec.default}
     if spec.choices:
         return SelectField(label, choices=[(c, c) for c in spec.choices], validators=required, **kwargs)
+    bounds = _bounds(spec)
     if spec.type == "integer":
-        return IntegerField(label, validators=required, **kwargs)
+        return IntegerField(label, validators=[*required, *bounds], render_kw=_range_attrs(spec), **kwargs)
     if spec.type == "number":
-        return FloatField(label, validators=[*required, Finite()], **kwargs)
+        render = {"step": "any", **_range_attrs(spec)}
+        return FloatField(label, validators=[*required, Finite(), *bounds], render_kw=render, **kwargs)
     if spec.type == "boolean":
         return BooleanField(label, validators=[Optional()], **kwargs)
     if spec.type in ("text", "list", "object"):
         extra = [JsonObject()] if spec.type == "object" else []
         return TextAreaField(label, validators=[*required, Length(max=20_000), *extra], **kwargs)
     return StringField(label, validators=[*required, Length(max=2_000)], **kwargs)
+
+
+def _bounds(spec: FieldSpec) -> list[Any]:
+    """The schema's bounds as validators (the server checks them again with the schema)."""
+    found: list[Any] = []
+    if spec.minimum is not None or spec.maximum is not None:
+        found.append(NumberRange(min=spec.minimum, max=spec.maximum))
+    if spec.exclusive_minimum is not None:
+        found.append(Above(spec.exclusive_minimum))
+    return found
+
+
+def _range_attrs(spec: FieldSpec) -> dict[str, Any]:
+    """``min``/``max`` attributes, so the browser refuses a value out of range before it is sent."""
+    attrs: dict[str, Any] = {}
+    low = spec.minimum if spec.minimum is not None else spec.exclusive_minimum
+    if low is not None:
+        attrs["min"] = low
+    if spec.maximum is not None:
+        attrs["max"] = spec.maximum
+    return attrs
+
+
+class Above:
+    """More than a bound (JSON Schema's ``exclusiveMinimum``)."""
+
+    def __init__(self, bound: float) -> None:
+        self.bound = bound
+
+    def __call__(self, form: Any, field: Any) -> None:
+        if field.data is not None and field.data <= self.bound:
+            raise ValidationError(f"Must be more than {self.bound:g}.")
 
 
 def submit_form_for(kind: KindInfo, formdata: Any = None) -> SubmitBase:

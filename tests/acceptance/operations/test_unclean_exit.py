@@ -1,4 +1,4 @@
-"""A ``dramatiq tasks`` worker killed with SIGKILL leaves a marker; the next worker start reports it once."""
+"""A ``dramatiq tasks:compose`` worker killed with SIGKILL leaves a marker; the next worker start reports it once."""
 
 from __future__ import annotations
 
@@ -35,7 +35,8 @@ def test_a_sigkilled_worker_is_reported_by_the_next_start_once(tmp_path: Path) -
         TENURE_BROKER_URL=url,
         TENURE_OUTPUT_ROOT=str(tmp_path / "outputs"),
     )
-    argv = [sys.executable, "-m", "dramatiq", "tasks", "--processes", "1", "--threads", "1", "--queues", "maintenance"]
+    argv = [sys.executable, "-m", "dramatiq", "tasks:compose", "--processes", "1", "--threads", "1"]
+    argv += ["--queues", "maintenance"]
 
     def consumers() -> list[tuple[str, int, int]]:
         conn = sqlite3.connect(db, timeout=30)

@@ -23,7 +23,8 @@ from broker import SQLiteBroker
 from jobs import schema
 from jobs.context import JobContext
 from jobs.db import make_engine
-from jobs.middleware import JobMiddleware
+from jobs.execution.binding import JobMiddleware
+from jobs.lifecycle import observers
 from jobs.registry import Registry
 from jobs.store import JobRow, job_get
 from settings.environment import Settings
@@ -68,12 +69,12 @@ class JobEnv:
     def worker(self) -> JobMiddleware:
         """Another worker identity (as if in another process) on the same database."""
         mw = JobMiddleware(self.settings, engine=self.engine, registry=self.registry, check_schema=False)
-        mw._broker = self.broker
+        mw.worker.broker = self.broker
         self.extra_middleware.append(mw)
         return mw
 
     def claim(self, job_id: str, mw: JobMiddleware | None = None) -> JobContext | None:
-        return (mw or self.mw)._claim(self.broker, job_id)
+        return (mw or self.mw).claimer.claim(self.broker, job_id)
 
     def row(self, job_id: str) -> JobRow:
         with self.engine.connect() as conn:
@@ -99,6 +100,17 @@ class JobEnv:
 
 
 @contextmanager
+def observed() -> Iterator[list[dict[str, Any]]]:
+    """The lifecycle events told while the block runs (what monitoring counts), as their fields."""
+    seen: list[dict[str, Any]] = []
+    observers.append(seen.append)
+    try:
+        yield seen
+    finally:
+        observers.remove(seen.append)
+
+
+@contextmanager
 def job_env(backend: str, tmp_path: Path, **settings_overrides: Any) -> Iterator[JobEnv]:
     with _database(backend, tmp_path) as (url, broker_url):
         schema.upgrade(url)
@@ -120,7 +132,7 @@ def job_env(backend: str, tmp_path: Path, **settings_overrides: Any) -> Iterator
         engine = make_engine(url)
         registry = Registry()
         mw = JobMiddleware(settings, engine=engine, registry=registry, check_schema=False)
-        mw._broker = broker
+        mw.worker.broker = broker
         env = JobEnv(backend, url, broker_url, engine, settings, broker, registry, mw, tmp_path)
         try:
             yield env

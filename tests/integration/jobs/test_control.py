@@ -12,11 +12,13 @@ from sqlalchemy import text
 import jobs
 from jobs import CancelOutcome, JobCancelled, JobContext, JobNotFound, JobNotRetryable
 from jobs.db import make_engine
-from jobs.middleware import run_job
-from jobs.recovery import INTERRUPTED_HINT, recover_expired
+from jobs.execution.completer import Cancelled
+from jobs.queries import JobFilter
+from jobs.recovery import recover_expired
 from jobs.store import now_ms
+from jobs.transitions import INTERRUPTED_HINT
 
-from .support import JobEnv
+from .support import JobEnv, observed
 
 
 def _pending_messages(env: JobEnv) -> int:
@@ -50,7 +52,7 @@ def test_succeeded_never_becomes_cancelled(env: JobEnv) -> None:
     job = env.submit("noop")
     ctx = env.claim(job.id)
     assert ctx is not None
-    run_job(env.mw, ctx)
+    env.mw.runner(ctx)
     result = jobs.cancel(env.engine, job.id, by="u1", is_admin=True)
     assert result.outcome == CancelOutcome.ALREADY_FINISHED and result.job.status == "succeeded"
     assert not result.job.cancel_requested
@@ -75,7 +77,7 @@ def test_retry_creates_a_new_job_linked_to_the_old(env: JobEnv) -> None:
     job = env.submit("fails", payload={"x": 7}, resource=("rec", "9"))
     ctx = env.claim(job.id)
     assert ctx is not None
-    run_job(env.mw, ctx)
+    env.mw.runner(ctx)
     new = jobs.retry(env.engine, job.id, by="u1", registry=env.registry, settings=env.settings)
     assert new.id != job.id and new.retry_of_job_id == job.id and new.created
     assert new.status == "queued" and new.attempt == 0 and (new.resource_type, new.resource_id) == ("rec", "9")
@@ -124,7 +126,7 @@ def test_retry_refused_unless_finished_unsuccessfully(env: JobEnv, state: str) -
         ctx = env.claim(job.id)
         assert ctx is not None
         if state == "succeeded":
-            run_job(env.mw, ctx)
+            env.mw.runner(ctx)
     with pytest.raises(JobNotRetryable):
         jobs.retry(env.engine, job.id, by="u1", registry=env.registry, settings=env.settings)
 
@@ -197,7 +199,7 @@ def test_queries_scope_by_owner(env: JobEnv) -> None:
     rest = jobs.list_jobs(env.engine, owner_id="alice", before=page[-1])
     assert [j.id for j in page + rest] == [j.id for j in listed]
     assert len(jobs.list_jobs(env.engine, owner_id="admin", is_admin=True)) == 4
-    assert jobs.list_jobs(env.engine, owner_id="alice", status="running") == []
+    assert jobs.list_jobs(env.engine, owner_id="alice", where=JobFilter(statuses=("running",))) == []
     with pytest.raises(JobNotFound):
         jobs.get_job(env.engine, theirs.id, owner_id="alice")
     with pytest.raises(JobNotFound):
@@ -247,7 +249,7 @@ def test_cancel_vs_result_commit_races_have_one_winner(env: JobEnv) -> None:
         for t in threads:
             t.join(30)
         if seen["publish"] == "cancelled":
-            env.mw.finish(ctx, ctx._kind, "cancelled")  # type: ignore[attr-defined]
+            env.mw.runner.record(ctx, Cancelled())
         row = env.row(job.id)
         rows = env.sql("SELECT count(*) FROM domain_rows WHERE job_id = :j", j=job.id)[0][0]
         if row.status == "succeeded":
@@ -263,21 +265,17 @@ def test_cancel_vs_result_commit_races_have_one_winner(env: JobEnv) -> None:
     assert sum(outcomes.values()) == RACES
 
 
-def test_notices_only_after_commit_and_carry_no_payload(env: JobEnv) -> None:
+def test_lifecycle_events_only_after_commit_and_carry_no_payload(env: JobEnv) -> None:
     env.declare("noop", lambda ctx, **payload: None)
-    seen: list[jobs.Notice] = []
-    unsubscribe = jobs.hub.subscribe(seen.append)
-    try:
+    with observed() as seen:
         job = env.submit("noop", payload={"secret": "s3cr3t"})
         ctx = env.claim(job.id)
         assert ctx is not None
-        run_job(env.mw, ctx)
-    finally:
-        unsubscribe()
-    assert [(n.type, n.status, n.sequence) for n in seen] == [
-        ("status", "queued", 1),
-        ("status", "running", 2),
-        ("status", "succeeded", 3),
+        env.mw.runner(ctx)
+    assert [(f["job_id"], f["event"], f["attempt"]) for f in seen] == [
+        (job.id, "job.queued", 0),
+        (job.id, "job.started", 1),
+        (job.id, "job.completed", 1),
     ]
     assert "s3cr3t" not in repr(seen)
     assert now_ms() > 0

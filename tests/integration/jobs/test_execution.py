@@ -14,7 +14,7 @@ from dramatiq.middleware import SkipMessage
 
 import jobs
 from jobs import JobCancelled, JobContext, StaleAttempt
-from jobs.middleware import JobMiddleware, run_job
+from jobs.execution.binding import JobMiddleware
 from jobs.publish import job_message
 from jobs.registry import Registry
 
@@ -24,7 +24,7 @@ from .support import JobEnv
 def _run(env: JobEnv, job_id: str, mw: JobMiddleware | None = None) -> JobContext:
     ctx = env.claim(job_id, mw)
     assert ctx is not None, "the job should have been claimable"
-    run_job(mw or env.mw, ctx)
+    (mw or env.mw).runner(ctx)
     return ctx
 
 
@@ -56,7 +56,7 @@ def test_duplicate_delivery_is_skipped(env: JobEnv) -> None:
     ctx = env.claim(job.id)
     assert ctx is not None
     assert env.claim(job.id, env.worker()) is None  # running under a live lease
-    run_job(env.mw, ctx)
+    env.mw.runner(ctx)
     assert env.claim(job.id) is None  # terminal
     assert env.row(job.id).attempt == 1
 
@@ -117,7 +117,7 @@ def test_final_failures_log_one_line_and_unexpected_ones_a_traceback(
     env.declare("invalid", invalid, never_retry=(ValueError,))
     env.declare("broken", broken, backoff=lambda a: 0)
     bad, bug = env.submit("invalid"), env.submit("broken", max_attempts=1)
-    with caplog.at_level(logging.INFO, logger="jobs.middleware"):
+    with caplog.at_level(logging.INFO, logger="jobs.execution.runner"):
         _run(env, bad.id)
         _run(env, bug.id)
     final = [r for r in caplog.records if bad.id in r.getMessage()]
@@ -127,7 +127,7 @@ def test_final_failures_log_one_line_and_unexpected_ones_a_traceback(
     assert len(unexpected) == 1 and unexpected[0].exc_info
     # At DEBUG the final failure's traceback is there too.
     again = env.submit("invalid", idempotency_key="again")
-    with caplog.at_level(logging.DEBUG, logger="jobs.middleware"):
+    with caplog.at_level(logging.DEBUG, logger="jobs.execution.runner"):
         _run(env, again.id)
     assert [bool(r.exc_info) for r in caplog.records if again.id in r.getMessage()] == [True]
 
@@ -151,7 +151,7 @@ def test_timeout_fails_with_fixed_message(tmp_path: Path) -> None:
 
         env.declare("slow", slow)
         job = env.submit("slow", timeout_s=1)
-        env.mw._start_keeper(env.broker)
+        env.mw.start_keeper(env.broker)
         try:
             started = time.monotonic()
             _run(env, job.id)
@@ -224,7 +224,7 @@ def test_cancel_requested_is_honoured_at_checkpoint(env: JobEnv) -> None:
     job = env.submit("waits")
     ctx = env.claim(job.id)
     assert ctx is not None
-    t = threading.Thread(target=run_job, args=(env.mw, ctx))
+    t = threading.Thread(target=env.mw.runner, args=(ctx,))
     t.start()
     entered.wait(10)
     result = jobs.cancel(env.engine, job.id, by="u1")
@@ -241,7 +241,7 @@ def test_return_after_cancel_request_ends_cancelled_not_succeeded(env: JobEnv) -
     ctx = env.claim(job.id)
     assert ctx is not None
     jobs.cancel(env.engine, job.id, by="u1")
-    run_job(env.mw, ctx)
+    env.mw.runner(ctx)
     rec = jobs.get_job(env.engine, job.id, owner_id="u1")
     assert rec.status == "cancelled" and rec.result is None
 
@@ -280,8 +280,8 @@ def test_thread_stuck_past_its_timeout_is_failed_in_the_database(tmp_path: Path)
         job = env.submit("stuck", timeout_s=1)
         ctx = env.claim(job.id)
         assert ctx is not None
-        env.mw._start_keeper(env.broker)
-        runner = threading.Thread(target=run_job, args=(env.mw, ctx))
+        env.mw.start_keeper(env.broker)
+        runner = threading.Thread(target=env.mw.runner, args=(ctx,))
         runner.start()
         try:
             deadline = time.monotonic() + 10

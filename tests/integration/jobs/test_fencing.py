@@ -11,7 +11,8 @@ from sqlalchemy import text
 
 import jobs
 from jobs import JobContext, StaleAttempt
-from jobs.middleware import run_job
+from jobs.execution.completer import TIMED_OUT, Cancelled, Failed, Succeeded
+from jobs.execution.runner import failure
 
 from .support import JobEnv
 
@@ -62,10 +63,15 @@ def test_stale_context_writes_are_refused(env: JobEnv, write: str) -> None:
 def test_stale_outcomes_are_refused(env: JobEnv, outcome: str) -> None:
     job_id, old, new = _taken_over(env)
     before = env.row(job_id)
-    value = {"ok": '"stale result"', "error": RuntimeError("stale failure")}.get(outcome)
-    env.mw.finish(old, old._kind, outcome, value)  # type: ignore[attr-defined]
+    outcomes = {
+        "ok": lambda: Succeeded('"stale result"'),
+        "error": lambda: failure(old, old._kind, RuntimeError("stale failure")),  # type: ignore[attr-defined]
+        "cancelled": Cancelled,
+        "timeout": lambda: Failed(TIMED_OUT),
+    }
+    env.mw.runner.record(old, outcomes[outcome]())
     assert env.row(job_id) == before
-    run_job(env.extra_middleware[0], new)  # the current attempt still completes
+    env.extra_middleware[0].runner(new)  # the current attempt still completes
     rec = jobs.get_job(env.engine, job_id, owner_id="u1")
     assert rec.status == "succeeded" and rec.attempt == 2 and rec.result == "new attempt's result"
 
@@ -73,15 +79,15 @@ def test_stale_outcomes_are_refused(env: JobEnv, outcome: str) -> None:
 def test_stale_heartbeat_is_refused_and_marks_the_context_lost(env: JobEnv) -> None:
     job_id, old, new = _taken_over(env)
     expires = env.row(job_id).lease_expires_at
-    env.mw._track(old)
-    env.mw.renew_leases()
+    env.mw.worker.track(old)
+    env.mw.keeper.renew_leases()
     assert old.lost and env.row(job_id).lease_expires_at == expires
 
 
 def test_stale_actor_run_writes_nothing(env: JobEnv) -> None:
     job_id, old, new = _taken_over(env)
     before = env.row(job_id)
-    run_job(env.mw, old)  # the old execution finishing late: its success is fenced
+    env.mw.runner(old)  # the old execution finishing late: its success is fenced
     assert env.row(job_id) == before
 
 
@@ -148,7 +154,7 @@ def test_leaving_without_complete_rolls_back(env: JobEnv) -> None:
     job = env.submit("forgets")
     ctx = env.claim(job.id)
     assert ctx is not None
-    run_job(env.mw, ctx)
+    env.mw.runner(ctx)
     assert env.sql("SELECT count(*) FROM domain_rows")[0][0] == 0
     assert jobs.get_job(env.engine, job.id, owner_id="u1").result == "returned"
 
@@ -165,7 +171,7 @@ def test_complete_commits_domain_rows_and_result_together(env: JobEnv) -> None:
     job = env.submit("publishes")
     ctx = env.claim(job.id)
     assert ctx is not None
-    run_job(env.mw, ctx)
+    env.mw.runner(ctx)
     assert env.sql("SELECT count(*) FROM domain_rows")[0][0] == 1
     rec = jobs.get_job(env.engine, job.id, owner_id="u1")
     assert rec.status == "succeeded" and rec.result == {"rows": 1}

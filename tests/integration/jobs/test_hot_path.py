@@ -14,15 +14,15 @@ from sqlalchemy import text
 import jobs
 from jobs import JobContext, db
 from jobs.group_commit import hot_write
-from jobs.middleware import lifecycle_observers, run_job
-from jobs.notify import Notice, hub
+from jobs.lifecycle import observers as lifecycle_observers
 
 from .support import JobEnv
 
 
-def _insert(tx: db.Tx, value: str) -> str:
+def _insert(tx: db.Tx, value: str, seen: list[str] | None = None) -> str:
     tx.conn.execute("INSERT INTO hot (v) VALUES (:v)", {"v": value})
-    tx.notify(Notice(value, "u1", "event", "running", 1))
+    if seen is not None:
+        tx.after_commit(lambda: seen.append(value))
     return value
 
 
@@ -30,7 +30,6 @@ def test_group_commit_fails_only_the_write_that_raised(sqlite_env: JobEnv) -> No
     env = sqlite_env
     env.sql("CREATE TABLE hot (v TEXT PRIMARY KEY)")
     seen: list[str] = []
-    unsubscribe = hub.subscribe(lambda n: seen.append(n.job_id))
     results: dict[int, Any] = {}
     start = threading.Barrier(16)
 
@@ -38,24 +37,21 @@ def test_group_commit_fails_only_the_write_that_raised(sqlite_env: JobEnv) -> No
         start.wait()
         value = "dup" if i % 5 == 0 else f"v{i}"  # four writers insert "dup": three must fail alone
         try:
-            results[i] = hot_write(env.engine, lambda tx: _insert(tx, value))
+            results[i] = hot_write(env.engine, lambda tx: _insert(tx, value, seen))
         except Exception as e:
             results[i] = e
 
-    try:
-        threads = [threading.Thread(target=writer, args=(i,)) for i in range(16)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(10)
-    finally:
-        unsubscribe()
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
     failed = [i for i, r in results.items() if isinstance(r, Exception)]
     assert len(results) == 16
     assert len(failed) == 3 and all(i % 5 == 0 for i in failed)
     rows = sorted(r[0] for r in env.sql("SELECT v FROM hot"))
     assert rows == sorted({"dup"} | {f"v{i}" for i in range(16) if i % 5})
-    # Notices only for writes that committed, one each (the failed writers' notices were dropped).
+    # After-commit work only for writes that committed, once each (the failed writers' was dropped).
     assert sorted(seen) == rows
 
 
@@ -94,12 +90,12 @@ def test_progress_is_coalesced_then_written_by_the_keeper_or_the_completion(env:
     # Within PROGRESS_INTERVAL_S of the claim nothing is written yet…
     assert _progress_row(env, job.id) == (None, None)
     # …the keeper writes the latest value (a message-less report kept the last message).
-    env.mw._track(ctx)
-    env.mw.flush_progress()
-    env.mw._untrack(ctx)
+    env.mw.worker.track(ctx)
+    env.mw.keeper.flush_progress()
+    env.mw.worker.untrack(ctx)
     assert _progress_row(env, job.id) == (0.3, None)
     # A report made just before returning is written with the completion.
-    run_job(env.mw, ctx)
+    env.mw.runner(ctx)
     assert _progress_row(env, job.id) == (1.0, "half way")
     assert jobs.get_job(env.engine, job.id, owner_id="u1").status == "succeeded"
 
@@ -137,7 +133,7 @@ def test_completed_jobs_are_counted_by_observers_without_info_lines(
             for kind in ("quiet", "loud"):
                 ctx = env.claim(env.submit(kind).id)
                 assert ctx is not None
-                run_job(env.mw, ctx)
+                env.mw.runner(ctx)
     finally:
         lifecycle_observers.remove(seen.append)
     events = [(f["event"], f["kind"]) for f in seen]
@@ -164,7 +160,7 @@ def test_a_job_completed_in_its_result_transaction_is_counted_once(sqlite_env: J
         job = env.submit("transactional")
         ctx = env.claim(job.id)
         assert ctx is not None
-        run_job(env.mw, ctx)
+        env.mw.runner(ctx)
     finally:
         lifecycle_observers.remove(seen.append)
 
@@ -175,21 +171,37 @@ def test_a_job_completed_in_its_result_transaction_is_counted_once(sqlite_env: J
 
 
 # -- completion committed with the message's ack (SQLite broker on the job file) ----------------------
+class _AckedMessage:
+    """Where the completer hands a success to the message's ack: ``SQLiteMessageProxy.in_ack_transaction``'s
+    side of it, so the test runs the hook in a transaction of its own choosing."""
+
+    def __init__(self) -> None:
+        self.hooks: list[Any] = []
+
+    def in_ack_transaction(self, hook: Any) -> None:
+        self.hooks.append(hook)
+
+
 def _deferred(env: JobEnv, fn: Any = None, *, declare: bool = True) -> tuple[str, JobContext]:
     if declare:
         env.declare("acked", fn or (lambda ctx: {"n": 1}))
     job = env.submit("acked")
     ctx = env.claim(job.id)
     assert ctx is not None
-    ctx._settle_with = object()  # type: ignore[attr-defined]  # as before_process_message sets it
+    ctx.settle_with = _AckedMessage()  # as before_process_message sets it
     ctx.progress(0.5, "last words")
-    run_job(env.mw, ctx)
+    env.mw.runner(ctx)
     assert env.row(job.id).status == "running"  # nothing written yet: it waits for the ack
     return job.id, ctx
 
 
+def _hook(ctx: JobContext) -> Any:
+    [hook] = ctx.settle_with.hooks
+    return hook
+
+
 def _run_in_ack_transaction(env: JobEnv, ctx: JobContext) -> None:
-    hook = env.mw._completion_hook(ctx, ctx._deferred)  # type: ignore[attr-defined]
+    hook = _hook(ctx)
     conn = db.raw_connection(env.engine.url.database or "", 5000)
     try:
         conn.execute("BEGIN IMMEDIATE")
@@ -245,22 +257,22 @@ def _in_one_transaction(env: JobEnv, fn: Any) -> Any:
 
 
 def test_the_claims_of_one_ack_batch_are_one_statement_with_the_guards_of_each(sqlite_env: JobEnv) -> None:
-    from jobs.middleware import _ClaimRequest
+    from jobs.execution.claimer import _ClaimRequest
 
     env = sqlite_env
     env.declare("batched", lambda ctx: None)
     fresh, duplicate_of, finished = (env.submit("batched").id for _ in range(3))
     assert jobs.cancel(env.engine, finished, by="u1").outcome == jobs.CancelOutcome.CANCELLED
-    seen: list[Notice] = []
-    unsubscribe = hub.subscribe(seen.append)
+    seen: list[dict[str, Any]] = []
+    lifecycle_observers.append(seen.append)
     ids = [fresh, duplicate_of, duplicate_of, finished]  # the same job twice: a duplicate delivery
     requests = [_ClaimRequest(i, lambda tx: pytest.fail("the batch ran every claim")) for i in ids]
     try:
-        claimed = _in_one_transaction(env, lambda conn: env.mw._claim_batch(conn, requests))
+        claimed = _in_one_transaction(env, lambda conn: env.mw.claimer._batch(conn, requests))
         for r in requests:
-            r.notices.deliver()
+            r.pending.run()
     finally:
-        unsubscribe()
+        lifecycle_observers.remove(seen.append)
     assert [None if c is None else c.id for c in claimed] == [fresh, duplicate_of, None, None]
     for job_id in (fresh, duplicate_of):
         row = env.row(job_id)
@@ -268,7 +280,8 @@ def test_the_claims_of_one_ack_batch_are_one_statement_with_the_guards_of_each(s
         statuses = [e.data for e in jobs.job_events(env.engine, job_id, owner_id="u1") if e.type == "status"]
         assert statuses == [{"status": "queued"}, {"status": "running", "attempt": 1}]
     assert env.row(finished).status == "cancelled"
-    assert sorted((n.job_id, n.status) for n in seen) == sorted([(fresh, "running"), (duplicate_of, "running")])
+    started = [(f["job_id"], f["event"]) for f in seen]
+    assert sorted(started) == sorted([(fresh, "job.started"), (duplicate_of, "job.started")])
 
 
 def test_the_completions_of_one_ack_batch_settle_each_by_its_own_guard(sqlite_env: JobEnv) -> None:
@@ -279,8 +292,8 @@ def test_the_completions_of_one_ack_batch_settle_each_by_its_own_guard(sqlite_en
     env.age_lease(stale_id)
     assert env.claim(stale_id, env.worker()) is not None
     before_stale = env.row(stale_id)
-    completions = [env.mw._completion_hook(c, c._deferred) for c in (done, cancelled, stale)]  # type: ignore[attr-defined]
-    afters = _in_one_transaction(env, lambda conn: env.mw._complete_batch(conn, completions))
+    completions = [_hook(c) for c in (done, cancelled, stale)]
+    afters = _in_one_transaction(env, lambda conn: completions[0].batch(conn, completions))
     for after in afters:
         after()
     row = env.row(done_id)
@@ -314,13 +327,18 @@ def test_a_real_worker_completes_jobs_through_its_acks(sqlite_env: JobEnv) -> No
     rows = [env.row(i) for i in ids]
     assert all((r.status, r.result, r.progress_message) == ("succeeded", '"ok"', "done") for r in rows)
     assert env.sql("SELECT count(*) FROM broker_messages")[0][0] == 0  # acked in the same transactions
-    assert list(env.mw._ack_file_cache.values()) == [True]  # the completions did ride on the acks
+    assert list(env.mw.worker._ack_file.values()) == [True]  # the completions did ride on the acks
 
 
-def test_finished_since_reads_the_window_scoped_by_owner(env: JobEnv) -> None:
+def test_activity_reads_the_window_scoped_by_owner(env: JobEnv) -> None:
     from datetime import UTC, datetime, timedelta
 
-    from jobs.queries import finished_since
+    from jobs.queries import activity
+
+    def finished_since(engine: Any, since: datetime, *, owner_id: str | None, is_admin: bool = False) -> list[Any]:
+        """One entry per finished job of the window (the buckets' counts), with its bucket's p50 run time."""
+        rows = activity(engine, since=since, bucket_s=3 * 3600, owner_id=owner_id, is_admin=is_admin)
+        return [r for r in rows for _ in range(r.succeeded + r.failed + r.cancelled + r.interrupted)]
 
     env.declare("short", lambda ctx: None)
     mine = [env.submit("short").id for _ in range(3)]
@@ -329,11 +347,11 @@ def test_finished_since_reads_the_window_scoped_by_owner(env: JobEnv) -> None:
     for job_id in [*mine, theirs]:
         ctx = env.claim(job_id)
         assert ctx is not None
-        run_job(env.mw, ctx)
+        env.mw.runner(ctx)
     env.sql("UPDATE jobs SET completed_at = completed_at - 7200000 WHERE id = :id", id=mine[0])  # 2 h ago
     hour_ago = datetime.now(UTC) - timedelta(hours=1)
     own = finished_since(env.engine, hour_ago, owner_id="u1")
-    assert len(own) == 2 and all(f.status == "succeeded" and f.started_at is not None for f in own)
+    assert len(own) == 2 and all(f.succeeded and f.run_p50_s is not None for f in own)
     assert len(finished_since(env.engine, hour_ago, owner_id=None, is_admin=True)) == 3
     assert len(finished_since(env.engine, hour_ago - timedelta(hours=2), owner_id="u1")) == 3
     assert queued not in mine

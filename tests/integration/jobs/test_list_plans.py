@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import event
 
 import jobs
+from jobs.queries import JobFilter
 
 from .support import JobEnv
 
@@ -24,10 +25,12 @@ def _plans_of_list(env: JobEnv, **filters: Any) -> list[str]:
         if "FROM jobs" in statement and "ORDER BY created_at DESC" in statement:
             seen.append((statement, parameters))
 
+    status = filters.pop("status", None)
+    where = JobFilter(statuses=(status,) if status else ())
     event.listen(env.engine, "before_cursor_execute", capture)
     try:
-        first = jobs.list_jobs(env.engine, limit=2, **filters)
-        jobs.list_jobs(env.engine, limit=2, before=first[-1], **filters)  # a later page (keyset cursor)
+        first = jobs.list_jobs(env.engine, limit=2, where=where, **filters)
+        jobs.list_jobs(env.engine, limit=2, before=first[-1], where=where, **filters)  # a later page (keyset cursor)
     finally:
         event.remove(env.engine, "before_cursor_execute", capture)
     assert len(seen) == 2

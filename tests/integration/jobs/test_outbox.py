@@ -13,7 +13,7 @@ import jobs
 from broker import SQLiteBroker
 from jobs import schema
 from jobs.db import make_engine
-from jobs.middleware import JobMiddleware, run_job
+from jobs.execution.binding import JobMiddleware
 from jobs.outbox import relay_once
 from jobs.publish import JOB_ID_OPTION
 from jobs.registry import Registry
@@ -45,9 +45,9 @@ def test_relay_publishes_to_another_sqlite_file_exactly_once(tmp_path: Path) -> 
         assert message is not None and message.message_id == message_id
         assert message.options[JOB_ID_OPTION] == job.id
         mw = JobMiddleware(settings, engine=engine, registry=registry, check_schema=False)
-        ctx = mw._claim(broker, job.id)
+        ctx = mw.claimer.claim(broker, job.id)
         assert ctx is not None
-        run_job(mw, ctx)
+        mw.runner(ctx)
         assert jobs.get_job(engine, job.id, owner_id="u1").result == {"a": 1}
         consumer.ack(message)
         consumer.close()

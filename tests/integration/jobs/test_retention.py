@@ -14,7 +14,7 @@ from sqlalchemy import event
 import jobs
 from jobs import JobContext
 from jobs.db import make_engine
-from jobs.middleware import run_job
+from jobs.errors import CursorExpired
 from jobs.outbox import relay_once
 from jobs.queries import changes_after
 from jobs.recovery import recover_expired
@@ -55,7 +55,7 @@ def _declare(env: JobEnv) -> None:
 def _run(env: JobEnv, job_id: str) -> str:
     ctx = env.claim(job_id)
     assert ctx is not None
-    run_job(env.mw, ctx)
+    env.mw.runner(ctx)
     return env.row(job_id).status
 
 
@@ -260,10 +260,10 @@ def test_the_live_feed_cursor_never_goes_back(sqlite_env: JobEnv) -> None:
     _declare(env)
     first = env.submit("chatty")
     assert _run(env, first.id) == "succeeded"
-    page = changes_after(env.engine, 0, is_admin=True)
-    cursor = page.head_id
-    early = page.items[1].id  # a client that saw only the job's first events
-    assert cursor == _count(env, "SELECT max(rowid) FROM job_events")
+    page = changes_after(env.engine, "0", is_admin=True)
+    cursor = page.cursor
+    early = page.items[1].cursor  # a client that saw only the job's first events
+    assert int(cursor) == _count(env, "SELECT max(rowid) FROM job_events")
     later = _latest_completion(env) + 100 * DAY_MS
     # The only finished job owns the newest event row: deleting it would let SQLite reuse its id
     report = prune(env.engine, POLICY, now=later)
@@ -271,19 +271,19 @@ def test_the_live_feed_cursor_never_goes_back(sqlite_env: JobEnv) -> None:
     # Once any newer event exists, it may go; the maximum id stays where it was or above
     second = env.submit("ok")
     newest = _count(env, "SELECT max(rowid) FROM job_events")
-    assert newest > cursor
+    assert newest > int(cursor)
     assert prune(env.engine, POLICY, now=later).jobs == 1
     assert _ids(env) == {second.id}
     assert _count(env, "SELECT max(rowid) FROM job_events") == newest
     # A client resuming at its cursor sees exactly the newer changes, and new ids keep growing
     assert _run(env, second.id) == "succeeded"
     resumed = changes_after(env.engine, cursor, is_admin=True)
-    assert resumed.items and all(c.id > cursor and c.job_id == second.id for c in resumed.items)
-    assert min(c.id for c in resumed.items) == newest and resumed.head_id > newest
+    assert resumed.items and all(int(c.cursor) > int(cursor) and c.job_id == second.id for c in resumed.items)
+    assert min(int(c.cursor) for c in resumed.items) == newest and int(resumed.cursor) > newest
     # A client resuming from before the deleted events is told so (the web layer answers it with a
-    # resync, cursor_expired), never handed a silent gap; one at the head of that time is not
-    assert resumed.oldest_retained_id - 1 == cursor
-    assert early < changes_after(env.engine, early, is_admin=True).oldest_retained_id - 1
+    # resync, cursor_expired), never handed a silent gap; one at the head of that time is not (above)
+    with pytest.raises(CursorExpired):
+        changes_after(env.engine, early, is_admin=True)
 
 
 def test_batches_are_bounded_and_two_runs_at_once_delete_each_row_once(env: JobEnv) -> None:

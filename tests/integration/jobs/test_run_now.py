@@ -8,7 +8,6 @@ import time
 
 import jobs
 from jobs import JobContext
-from jobs.middleware import run_job
 from jobs.outbox import relay_once
 from jobs.publish import JOB_ID_OPTION
 
@@ -29,7 +28,7 @@ def _failed_once(env: JobEnv) -> jobs.JobRecord:
     job = env.submit("flaky")
     ctx = env.claim(job.id)
     assert ctx is not None
-    run_job(env.mw, ctx)
+    env.mw.runner(ctx)
     row = env.row(job.id)
     assert row.status == "queued" and row.run_after > time.time() * 1000 + HOUR_S * 900
     # The first delivery is gone (the test claimed without consuming it): only the retry's remains.
@@ -75,7 +74,7 @@ def test_run_now_makes_the_delayed_message_due_and_the_next_attempt_runs(env: Jo
         assert relay_once(env.engine, env.broker) == 1
     ctx = env.claim(job.id)
     assert ctx is not None and ctx.attempt == 2
-    run_job(env.mw, ctx)
+    env.mw.runner(ctx)
     assert jobs.get_job(env.engine, job.id, owner_id="u1").status == "succeeded"
 
 
@@ -88,7 +87,7 @@ def test_run_now_leaves_jobs_that_are_not_waiting_alone(env: JobEnv) -> None:
     done = env.submit("echo")
     done_ctx = env.claim(done.id)
     assert done_ctx is not None
-    run_job(env.mw, done_ctx)
+    env.mw.runner(done_ctx)
     before = {j: env.row(j).event_seq for j in (due.id, running.id, done.id)}
 
     assert jobs.run_now(env.engine, [due.id, running.id, done.id, "0" * 32]) == []

@@ -7,9 +7,8 @@ from sqlalchemy.orm import Session
 
 import jobs
 from jobs import IdempotencyConflict, UnknownKind
-from jobs.notify import Notice, hub
 
-from .support import JobEnv
+from .support import JobEnv, observed
 
 
 def noop(ctx: jobs.JobContext, **payload: object) -> None:
@@ -73,27 +72,21 @@ def test_delay_sets_run_after(env: JobEnv) -> None:
     assert eta >= row.created_at + 60_000
 
 
-def test_session_submit_commits_and_notifies_after_commit(env: JobEnv) -> None:
+def test_session_submit_commits_and_tells_observers_after_commit(env: JobEnv) -> None:
     env.declare("noop", noop)
-    seen: list[Notice] = []
-    unsubscribe = hub.subscribe(seen.append)
-    try:
+    with observed() as seen:
         with Session(env.engine) as session:
             session.begin()
             job = jobs.submit(session, owner_id="u1", kind="noop", registry=env.registry, settings=env.settings)
             assert seen == []  # not before the commit
             session.commit()
-        assert [(n.job_id, n.status, n.sequence) for n in seen] == [(job.id, "queued", 1)]
+        assert [(f["job_id"], f["event"]) for f in seen] == [(job.id, "job.queued")]
         assert _messages(env) == 1
-    finally:
-        unsubscribe()
 
 
-def test_session_rollback_drops_job_message_and_notices(env: JobEnv) -> None:
+def test_session_rollback_drops_job_message_and_lifecycle_events(env: JobEnv) -> None:
     env.declare("noop", noop)
-    seen: list[Notice] = []
-    unsubscribe = hub.subscribe(seen.append)
-    try:
+    with observed() as seen:
         with Session(env.engine) as session:
             session.begin()
             jobs.submit(session, owner_id="u1", kind="noop", registry=env.registry, settings=env.settings)
@@ -101,15 +94,11 @@ def test_session_rollback_drops_job_message_and_notices(env: JobEnv) -> None:
         assert seen == []
         assert env.sql("SELECT count(*) FROM jobs")[0][0] == 0
         assert _messages(env) == 0
-    finally:
-        unsubscribe()
 
 
-def test_rolled_back_savepoint_drops_its_notices(env: JobEnv) -> None:
+def test_rolled_back_savepoint_drops_its_lifecycle_events(env: JobEnv) -> None:
     env.declare("noop", noop)
-    seen: list[Notice] = []
-    unsubscribe = hub.subscribe(seen.append)
-    try:
+    with observed() as seen:
         with Session(env.engine) as session:
             session.begin()
             kept = jobs.submit(session, owner_id="u1", kind="noop", registry=env.registry, settings=env.settings)
@@ -117,21 +106,15 @@ def test_rolled_back_savepoint_drops_its_notices(env: JobEnv) -> None:
             jobs.submit(session, owner_id="u1", kind="noop", registry=env.registry, settings=env.settings)
             nested.rollback()
             session.commit()
-        assert [n.job_id for n in seen] == [kept.id]
+        assert [f["job_id"] for f in seen] == [kept.id]
         assert env.sql("SELECT count(*) FROM jobs")[0][0] == 1
-    finally:
-        unsubscribe()
 
 
-def test_engine_submit_notifies_once_committed(env: JobEnv) -> None:
+def test_engine_submit_tells_observers_once_committed(env: JobEnv) -> None:
     env.declare("noop", noop)
-    seen: list[Notice] = []
-    unsubscribe = hub.subscribe(seen.append)
-    try:
+    with observed() as seen:
         job = env.submit("noop")
-    finally:
-        unsubscribe()
-    assert seen == [Notice(job.id, "u1", "status", "queued", 1)]
+    assert [(f["job_id"], f["event"], f["kind"]) for f in seen] == [(job.id, "job.queued", "noop")]
 
 
 def test_session_submit_with_key_joins_the_callers_transaction(env: JobEnv) -> None:

@@ -10,7 +10,7 @@ import pytest
 
 import jobs
 from jobs import CancelOutcome, JobContext
-from jobs.middleware import run_job
+from jobs.execution.completer import Cancelled
 from jobs.workflows import Step, retry_workflow, submit_workflow, workflow_steps
 
 from .support import JobEnv
@@ -33,7 +33,7 @@ def _steps(env: JobEnv, parent_id: str) -> dict[str, jobs.JobRecord]:
 def _run_step(env: JobEnv, job_id: str) -> None:
     ctx = env.claim(job_id)
     assert ctx is not None
-    run_job(env.mw, ctx)
+    env.mw.runner(ctx)
 
 
 DIAMOND = [
@@ -111,7 +111,7 @@ def test_fail_fast_then_retry_from_failed_steps(env: JobEnv) -> None:
     assert env.row(steps["c"].id).cancel_requested_at is not None
     with pytest.raises(jobs.JobNotRetryable, match="still has running steps"):
         retry_workflow(env.engine, parent.id, by="u1", registry=env.registry, settings=env.settings)
-    run_job(env.mw, c_ctx)  # c returns, but its cancel request wins
+    env.mw.runner(c_ctx)  # c returns, but its cancel request wins
     assert env.row(steps["c"].id).status == "cancelled"
     # retry: a new parent re-runs b, c, d and reuses a
     (env.tmp_path / "fail").unlink()
@@ -145,7 +145,7 @@ def test_cancel_workflow(env: JobEnv) -> None:
     result = jobs.cancel(env.engine, parent.id, by="u1")
     assert result.outcome == CancelOutcome.REQUESTED and result.job.status == "running"
     assert [env.row(steps[n].id).status for n in "bcd"] == ["cancelled"] * 3
-    env.mw.finish(a_ctx, a_ctx._kind, "cancelled")  # type: ignore[attr-defined]
+    env.mw.runner.record(a_ctx, Cancelled())
     assert jobs.get_job(env.engine, parent.id, owner_id="u1").status == "cancelled"
 
 
@@ -168,7 +168,7 @@ def test_steps_finishing_together_release_their_dependent_once(env: JobEnv) -> N
                                  settings=env.settings)  # fmt: skip
         steps = _steps(env, parent.id)
         contexts = [env.claim(steps[n].id) for n in "bc"]
-        threads = [threading.Thread(target=run_job, args=(env.mw, ctx)) for ctx in contexts]
+        threads = [threading.Thread(target=env.mw.runner, args=(ctx,)) for ctx in contexts]
         for t in threads:
             t.start()
         for t in threads:

@@ -1,0 +1,39 @@
+"""What a workflow's rows say about it: step names, reused steps and progress (no writes).
+
+A workflow parent's steps are jobs with ``parent_job_id``; a step's name is kept in its config
+snapshot (:data:`STEP_KEY`), and a retried workflow's parent lists the succeeded steps it reuses from
+the workflow it retries (:data:`REUSED_KEY`). Both :mod:`jobs.transitions` (which moves a workflow on
+when a step finishes) and :mod:`jobs.workflows` (which builds and shows workflows) read them here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from . import store
+from .status import TERMINAL_STATUSES
+
+#: Config key naming a step inside its workflow.
+STEP_KEY = "workflow_step"
+#: Config key of a retried workflow: steps reused from the workflow it retries (name → job id).
+REUSED_KEY = "workflow_reused_steps"
+
+
+def step_name(row: store.JobRow) -> str:
+    """A step's name in its workflow (its id for a job that is no named step)."""
+    return json.loads(row.config).get(STEP_KEY, row.id)
+
+
+def reused_steps(parent: store.JobRow) -> dict[str, str]:
+    """Steps a retried workflow reuses: name → id of the succeeded step of the workflow it retries."""
+    return dict(json.loads(parent.config).get(REUSED_KEY, {}))
+
+
+def aggregate_progress(children: Sequence[store.JobRow], reused: int = 0) -> float:
+    """The mean of the steps' progress, a finished step counting 1, and so does each of the *reused*
+    steps a retry took over from the workflow it retries (they are part of this run, done already)."""
+    if not children and not reused:
+        return 0.0
+    total = sum(1.0 if c.status in TERMINAL_STATUSES else min(1.0, max(0.0, c.progress or 0.0)) for c in children)
+    return round((total + reused) / (len(children) + reused), 4)

@@ -1,0 +1,83 @@
+"""Claiming the job of a message before its actor runs: one claim, or one statement per ack batch.
+
+A claim is :func:`jobs.transitions.claim` (queued → running, ``attempt + 1``, this worker, a fresh
+lease), committed before the actor starts. With the SQLite broker on the job file, the claim joins
+the broker's next ack batch on the same file, and the claims of one batch are one UPDATE
+(:func:`jobs.transitions.claim_many`); elsewhere it is group-committed with the process's other
+hot-path writes (:func:`jobs.group_commit.hot_write`) or, on PostgreSQL, a transaction of its own.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from dramatiq.broker import Broker
+
+from .. import db, store, transitions
+from ..context import JobContext
+from ..group_commit import hot_write
+from ..lifecycle import AfterCommitBuffer
+from ..publish import prepare_broker
+from ..recovery import recover_in
+from .worker import WorkerState
+
+
+class Claimer:
+    """The claims of one worker process (see the module docstring)."""
+
+    def __init__(self, worker: WorkerState) -> None:
+        self.worker = worker
+
+    def claim(self, broker: Broker, job_id: str, queue_name: str | None = None) -> JobContext | None:
+        """Claim *job_id* for this worker; its running context, or None when it is not claimable (a
+        duplicate delivery, cancelled, finished, or running under another worker's live lease)."""
+        worker = self.worker
+        prepare_broker(broker)
+        worker_id, lease_ms = worker.worker_id, worker.lease_ttl_ms
+
+        def one(tx: db.Tx) -> store.JobRow | None:
+            return transitions.claim(tx, job_id, worker=worker_id, lease_ms=lease_ms, now=store.now_ms())
+
+        if queue_name is not None and worker.acks_in_job_file(broker):
+            request = _ClaimRequest(job_id, one)
+            job = broker.write_with_acks(queue_name, request, batch=self._batch)  # type: ignore[attr-defined]
+            request.pending.run()
+        else:
+            job = hot_write(worker.engine, one)
+        if job is None:
+            with db.write(worker.engine) as tx:
+                # Maybe it is running under an expired lease but not claimable (unsafe kind, cancel
+                # requested, last attempt): settle it now rather than at the next recovery.
+                recover_in(tx, broker, store.now_ms(), limit=1, job_id=job_id)
+            return None
+        ctx = JobContext(engine=worker.engine, broker=broker, job=job, worker_id=worker_id, lease_ttl_ms=lease_ms)
+        ctx._kind = worker.registry.find(job.kind)  # type: ignore[attr-defined]
+        return ctx
+
+    def _batch(self, conn: sqlite3.Connection, requests: list[_ClaimRequest]) -> list[store.JobRow | None]:
+        """The claims of one ack batch in one UPDATE and one INSERT of their status events."""
+        txs = [r.tx(conn) for r in requests]
+        ids = [r.job_id for r in requests]
+        return transitions.claim_many(
+            txs, ids, worker=self.worker.worker_id, lease_ms=self.worker.lease_ttl_ms, now=store.now_ms()
+        )
+
+
+class _ClaimRequest:
+    """One worker thread's claim through the broker's ack writer: ``request(conn)`` runs it alone,
+    :meth:`Claimer._batch` with the others of its batch."""
+
+    __slots__ = ("job_id", "pending", "_claim")
+
+    def __init__(self, job_id: str, claim: Any) -> None:
+        self.job_id = job_id
+        self.pending = AfterCommitBuffer()
+        self._claim = claim
+
+    def tx(self, conn: sqlite3.Connection) -> db.Tx:
+        self.pending = AfterCommitBuffer()  # a batch run again (database unavailable) starts afresh
+        return db.Tx(conn, self.pending)  # type: ignore[arg-type]
+
+    def __call__(self, conn: sqlite3.Connection) -> store.JobRow | None:
+        return self._claim(self.tx(conn))  # type: ignore[no-any-return]

@@ -1,0 +1,296 @@
+"""All SQL of the job layer's read side: filtered lists, text search, exact counts, activity, the change feed.
+
+Every filter the API and the UI offer is a predicate here (:func:`_where`), so a page, a count and a
+bulk action see exactly the same jobs, at any table size:
+
+- statuses (one or several), kind, queue, owner, created range: plain predicates; a page is
+  ``ORDER BY created_at DESC, id DESC`` after a ``(created_at, id)`` row-value cursor (an index range);
+- text search: an id prefix, or a case-insensitive substring of kind, resource type/id, summary or
+  error text. SQLite: the ``jobs_search`` FTS5 trigram index (three characters or more; shorter
+  strings are compared row by row); PostgreSQL: ``job_search`` with its ``pg_trgm`` index;
+- activity: per time bucket (and queue or kind), counts by outcome and nearest-rank percentiles
+  (the value at rank ``ceil(p·n)``: a p95 is always one of the jobs' durations, never above the
+  slowest), on both engines the same definition (SQLite with window functions, PostgreSQL
+  ``percentile_disc``).
+
+The change feed's position is the commit order of ``job_events``: SQLite's ``rowid`` (one writer at a
+time allocates it inside its transaction), PostgreSQL's ``(change_xid, change_id)`` read only below
+the oldest running transaction (see revision 0009).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+from .status import TERMINAL_STATUSES
+from .store import JOB_COLUMNS, JobRow, _job
+
+_TERMINAL = frozenset(str(s) for s in TERMINAL_STATUSES)
+_HEX = re.compile(r"[0-9a-f]{1,32}")
+#: The FTS5 trigram tokenizer matches substrings of at least this many characters.
+TRIGRAM = 3
+
+
+@dataclass(frozen=True)
+class JobFilterSQL:
+    """The filters of a list, count or bulk action, as the store takes them (times in ms)."""
+
+    owner_id: str | None = None
+    statuses: tuple[str, ...] = ()
+    kind: str | None = None
+    queue: str | None = None
+    created_after: int | None = None
+    created_before: int | None = None
+    search: str | None = None
+    parent_job_id: str | None = None
+
+
+def _where(conn: Connection, f: JobFilterSQL) -> tuple[list[str], dict[str, Any]]:
+    sqlite = conn.dialect.name == "sqlite"
+    where: list[str] = []
+    params: dict[str, Any] = {}
+    if f.owner_id is not None:
+        where.append("owner_id = :owner")
+        params["owner"] = f.owner_id
+    if f.statuses:
+        names = [f"s{i}" for i in range(len(f.statuses))]
+        params.update(zip(names, f.statuses, strict=True))
+        # One owner's jobs come from the owner's index (``+status`` keeps SQLite's planner, which has no
+        # statistics, off the status indexes: one user's few jobs among millions of that status).
+        column = "+status" if sqlite and f.owner_id is not None else "status"
+        where.append(f"{column} = :s0" if len(names) == 1 else f"{column} IN ({', '.join(':' + n for n in names)})")
+        if set(f.statuses) <= _TERMINAL:
+            # Implied by the statuses (a CHECK constraint); spelled out so ix_jobs_finished_created applies.
+            where.append("completed_at IS NOT NULL")
+    if f.kind is not None:
+        where.append("kind = :kind")
+        params["kind"] = f.kind
+    if f.queue is not None:
+        where.append("queue_name = :queue")
+        params["queue"] = f.queue
+    if f.parent_job_id is not None:
+        where.append("parent_job_id = :parent")
+        params["parent"] = f.parent_job_id
+    if f.created_after is not None:
+        where.append("created_at >= :created_after")
+        params["created_after"] = f.created_after
+    if f.created_before is not None:
+        where.append("created_at < :created_before")
+        params["created_before"] = f.created_before
+    if f.search:
+        clause, search_params = _search(sqlite, f.search)
+        where.append(clause)
+        params.update(search_params)
+    return where or ["1 = 1"], params
+
+
+def _search(sqlite: bool, q: str) -> tuple[str, dict[str, Any]]:
+    """An id prefix, or a substring of the searched fields (see the module docstring)."""
+    params: dict[str, Any] = {}
+    terms: list[str] = []
+    prefix = q.lower()
+    if _HEX.fullmatch(prefix):
+        # ids are lower-case hex: a prefix is an index range of the primary key
+        terms.append("(id >= :id_lo AND id < :id_hi)")
+        params["id_lo"], params["id_hi"] = prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1)
+    if sqlite:
+        if len(q) >= TRIGRAM:
+            terms.append("rowid IN (SELECT rowid FROM jobs_search WHERE jobs_search MATCH :fts)")
+            params["fts"] = '"' + q.replace('"', '""') + '"'
+        else:
+            fields = " || char(10) || ".join(
+                f"coalesce({c}, '')" for c in ("kind", "resource_type", "resource_id", "summary", "error")
+            )
+            terms.append(f"instr(lower({fields}), :needle) > 0")
+            params["needle"] = q.lower()
+    else:
+        terms.append("id IN (SELECT job_id FROM job_search WHERE body LIKE :like)")
+        params["like"] = "%" + re.sub(r"([\\%_])", r"\\\1", q.lower()) + "%"
+    return "(" + " OR ".join(terms) + ")", params
+
+
+def job_list(conn: Connection, f: JobFilterSQL, *, before: tuple[int, str] | None, limit: int) -> list[JobRow]:
+    """The matching jobs newest first, after the ``(created_at, id)`` position *before*, at most *limit*."""
+    where, params = _where(conn, f)
+    if before is not None:
+        # A row value, not "a < x OR (a = x AND b < y)": both engines turn it into an index range, where
+        # the OR made SQLite walk the index from the newest job to the cursor on every page.
+        where.append("(created_at, id) < (:b_created, :b_id)")
+        params["b_created"], params["b_id"] = before
+    params["limit"] = limit
+    sql = f"SELECT {JOB_COLUMNS} FROM jobs WHERE {' AND '.join(where)} ORDER BY created_at DESC, id DESC LIMIT :limit"
+    return [r for r in map(_job, conn.execute(text(sql), params).fetchall()) if r is not None]
+
+
+def job_count(conn: Connection, f: JobFilterSQL) -> int:
+    """How many jobs match, exactly."""
+    where, params = _where(conn, f)
+    return int(conn.execute(text(f"SELECT count(*) FROM jobs WHERE {' AND '.join(where)}"), params).scalar_one())
+
+
+# -- activity ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ActivityRow:
+    """Finished jobs of one bucket (and group): counts by outcome, durations in ms."""
+
+    bucket: int
+    group: str | None
+    succeeded: int
+    failed: int
+    cancelled: int
+    interrupted: int
+    wait_p50_ms: int | None
+    run_p50_ms: int | None
+    run_p95_ms: int | None
+    run_max_ms: int | None
+
+
+_GROUPS = {None: "NULL", "queue": "queue_name", "kind": "kind"}
+
+
+def job_activity(
+    conn: Connection,
+    *,
+    since: int,
+    until: int,
+    bucket_ms: int,
+    owner_id: str | None,
+    group_by: str | None = None,
+) -> list[ActivityRow]:
+    """Jobs that finished in ``[since, until)``, by bucket ``(completed_at - since) // bucket_ms`` and group
+    (``queue``, ``kind`` or none). Buckets without finished jobs are absent."""
+    group = _GROUPS[group_by]
+    owner = " AND owner_id = :owner" if owner_id is not None else ""
+    finished = (
+        f"SELECT (completed_at - :since) / :bucket AS b, {group} AS g, status, "
+        "CASE WHEN started_at IS NOT NULL THEN started_at - created_at END AS wait, "
+        "CASE WHEN started_at IS NOT NULL THEN completed_at - started_at END AS run FROM jobs "
+        f"WHERE status IN ({', '.join(repr(s) for s in sorted(_TERMINAL))}) AND completed_at IS NOT NULL "
+        f"AND completed_at >= :since AND completed_at < :until{owner}"
+    )
+    counts = (
+        "SELECT b, g, sum(CASE WHEN status = 'succeeded' THEN 1 ELSE 0 END) AS ok, "
+        "sum(CASE WHEN status = 'failed' THEN 1 ELSE 0 END) AS failed, "
+        "sum(CASE WHEN status = 'cancelled' THEN 1 ELSE 0 END) AS cancelled, "
+        "sum(CASE WHEN status = 'interrupted' THEN 1 ELSE 0 END) AS interrupted FROM f GROUP BY b, g"
+    )
+    if conn.dialect.name == "postgresql":
+        durations = (
+            "SELECT b, g, percentile_disc(0.5) WITHIN GROUP (ORDER BY wait) AS wait50, "
+            "percentile_disc(0.5) WITHIN GROUP (ORDER BY run) AS run50, "
+            "percentile_disc(0.95) WITHIN GROUP (ORDER BY run) AS run95, max(run) AS runmax "
+            "FROM f WHERE run IS NOT NULL GROUP BY b, g"
+        )
+        ranked = ""
+    else:
+        # Nearest rank: the value at rank ceil(p·n), in integers (ceil(n/2) = (n+1)/2, ceil(0.95n) = (95n+99)/100).
+        ranked = (
+            ", r AS (SELECT b, g, wait, run, row_number() OVER (PARTITION BY b, g ORDER BY wait) AS wr, "
+            "row_number() OVER (PARTITION BY b, g ORDER BY run) AS rr, count(*) OVER (PARTITION BY b, g) AS n "
+            "FROM f WHERE run IS NOT NULL)"
+        )
+        durations = (
+            "SELECT b, g, max(CASE WHEN wr = (n + 1) / 2 THEN wait END) AS wait50, "
+            "max(CASE WHEN rr = (n + 1) / 2 THEN run END) AS run50, "
+            "max(CASE WHEN rr = (95 * n + 99) / 100 THEN run END) AS run95, max(run) AS runmax FROM r GROUP BY b, g"
+        )
+    sql = (
+        f"WITH f AS ({finished}){ranked}, c AS ({counts}), d AS ({durations}) "
+        "SELECT c.b, c.g, c.ok, c.failed, c.cancelled, c.interrupted, d.wait50, d.run50, d.run95, d.runmax "
+        "FROM c LEFT JOIN d ON d.b = c.b AND (d.g = c.g OR (d.g IS NULL AND c.g IS NULL)) ORDER BY c.b, c.g"
+    )
+    rows = conn.execute(text(sql), {"since": since, "until": until, "bucket": bucket_ms, "owner": owner_id}).fetchall()
+    return [
+        ActivityRow(
+            int(r[0]),
+            r[1],
+            int(r[2]),
+            int(r[3]),
+            int(r[4]),
+            int(r[5]),
+            *(None if v is None else int(v) for v in r[6:10]),
+        )
+        for r in rows
+    ]
+
+
+# -- the change feed ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ChangeRow:
+    """One event of the change feed, with its position and its job's current state."""
+
+    position: tuple[int, int]
+    job_id: str
+    owner_id: str
+    sequence: int
+    type: str
+    data: str
+    status: str
+    progress: float | None
+    progress_message: str | None
+    created_at: int
+
+
+_CHANGE_COLUMNS = (
+    "e.job_id, j.owner_id, e.sequence, e.type, e.data, j.status, j.progress, j.progress_message, e.created_at"
+)
+
+
+def event_changes_after(
+    conn: Connection, after: tuple[int, int], owner_id: str | None, limit: int
+) -> tuple[list[ChangeRow], tuple[int, int]]:
+    """Events after position *after* (oldest first, at most *limit*, of *owner_id*'s jobs if given) and the
+    position every event up to which was examined (the head when fewer than *limit* came back).
+
+    SQLite positions are ``(rowid, 0)``: one writer at a time allocates rowids inside its transaction,
+    so a reader's snapshot holds a prefix of them. PostgreSQL positions are ``(change_xid, change_id)``,
+    read only below the snapshot's ``xmin`` (every older transaction has ended, every later one has a
+    larger xid): nothing can commit behind a position once it was handed out.
+    """
+    owner = " AND j.owner_id = :owner" if owner_id is not None else ""
+    params: dict[str, Any] = {"a": after[0], "b": after[1], "owner": owner_id, "limit": limit}
+    if conn.dialect.name == "sqlite":
+        head = int(conn.execute(text("SELECT coalesce(max(rowid), 0) FROM job_events")).scalar_one())
+        params["head"] = head
+        rows = conn.execute(
+            text(
+                f"SELECT e.rowid, 0, {_CHANGE_COLUMNS} FROM job_events e JOIN jobs j ON j.id = e.job_id "
+                f"WHERE e.rowid > :a AND e.rowid <= :head{owner} ORDER BY e.rowid LIMIT :limit"
+            ),
+            params,
+        ).fetchall()
+        end = (head, 0)
+    else:
+        # The horizon first, the events below it next: every transaction older than the horizon had ended
+        # when it was read, so the later snapshot of the second statement holds all of their events.
+        horizon = head_position(conn)[0] + 1
+        params["horizon"] = horizon
+        rows = conn.execute(
+            text(
+                f"SELECT e.change_xid, e.change_id, {_CHANGE_COLUMNS} FROM job_events e "
+                "JOIN jobs j ON j.id = e.job_id WHERE (e.change_xid, e.change_id) > (:a, :b) "
+                f"AND e.change_xid < :horizon{owner} ORDER BY e.change_xid, e.change_id LIMIT :limit"
+            ),
+            params,
+        ).fetchall()
+        end = (horizon - 1, _MAX_ID)
+    changes = [ChangeRow((int(r[0]), int(r[1])), *r[2:]) for r in rows]
+    if len(changes) >= limit:
+        end = changes[-1].position
+    return changes, max(end, after)
+
+
+#: The change id that no event reaches: ``(xid, _MAX_ID)`` stands after every event of transaction *xid*.
+_MAX_ID = 2**62
+
+
+def head_position(conn: Connection) -> tuple[int, int]:
+    """The position after every event a reader can see now (see :func:`event_changes_after`)."""
+    if conn.dialect.name == "sqlite":
+        return int(conn.execute(text("SELECT coalesce(max(rowid), 0) FROM job_events")).scalar_one()), 0
+    horizon = int(conn.execute(text("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")).scalar_one())
+    return horizon - 1, _MAX_ID
