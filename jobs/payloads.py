@@ -12,6 +12,7 @@ label, help, unit, bounds — never a docstring). Build one with :func:`schema` 
         start_s=field("number", "Start", "Where the clip starts.", unit="s", minimum=0, required=True),
         width=field("integer", "Width", unit="px", minimum=16, maximum=7680, default=1280),
         check=lambda p: {"end_s": "must be after the start"} if p["end_s"] <= p["start_s"] else {},
+        rules=("the end comes after the start.",),
     )
 
 ``check`` covers what JSON Schema cannot say (one field against another); it sees a payload that
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from typing import Any
 
-from jsonschema import Draft202012Validator, validators
+from jsonschema import Draft202012Validator
 
 #: Form/JSON types a field may have (``text`` is a string shown as several lines).
 TYPES = ("string", "text", "integer", "number", "boolean", "list", "object")
@@ -33,15 +34,7 @@ TYPES = ("string", "text", "integer", "number", "boolean", "list", "object")
 _JSON_TYPE = {"text": "string", "list": "array"}
 
 
-def _is_integer(_checker: Any, instance: Any) -> bool:
-    # JSON Schema counts 5.0 as an integer; a kind's function asked for an int, so a float is refused.
-    return isinstance(instance, int) and not isinstance(instance, bool)
-
-
-_Validator = validators.extend(
-    Draft202012Validator,
-    type_checker=Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_integer),
-)
+_Validator = Draft202012Validator
 
 
 def field(
@@ -118,6 +111,8 @@ class PayloadSchema:
     properties: Mapping[str, Mapping[str, Any]] = dataclass_field(default_factory=dict)
     #: ``check(payload) -> {field: reason}`` for what JSON Schema cannot express; empty when fine.
     check: Callable[[dict[str, Any]], Mapping[str, str]] | None = None
+    #: What *check* requires, in words (the OpenAPI document and the form say it).
+    rules: tuple[str, ...] = ()
     #: False only for the permissive schema of a kind declared without one (any JSON object).
     closed: bool = True
 
@@ -125,22 +120,40 @@ class PayloadSchema:
         """The payload's JSON Schema (draft 2020-12, as OpenAPI 3.1 embeds it)."""
         props = {name: {k: v for k, v in p.items() if k != "x-required"} for name, p in self.properties.items()}
         doc: dict[str, Any] = {"type": "object", "title": self.title, "properties": props}
-        if self.description:
-            doc["description"] = self.description
+        description = " ".join([self.description, *(f"Also: {rule}" for rule in self.rules)]).strip()
+        if description:
+            doc["description"] = description
+        if self.rules:
+            doc["x-rules"] = list(self.rules)
         required = [name for name, p in self.properties.items() if p.get("x-required")]
         if required:
             doc["required"] = required
         doc["additionalProperties"] = not self.closed
         return doc
 
-    def problems(self, payload: Any) -> dict[str, list[str]]:
-        """Why *payload* does not fit, per field (``payload`` for the whole); empty when it fits."""
+    def normalized(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """*payload* (one that fits) as the kind's function takes it: JSON Schema counts ``5.0`` as an
+        integer, so an integer field's ``5.0`` becomes ``5``."""
+        out = dict(payload)
+        for name, prop in self.properties.items():
+            types = prop.get("type")
+            if "integer" in (types if isinstance(types, list) else [types]) and isinstance(out.get(name), float):
+                out[name] = int(out[name])
+        return out
+
+    def problems_of_schema(self, payload: Any) -> dict[str, list[str]]:
+        """Why *payload* does not fit the JSON Schema alone (without :attr:`check`), per field."""
         found: dict[str, list[str]] = {}
         if not isinstance(payload, dict):
             return {"payload": ["Must be a JSON object."]}
         for error in _Validator(self.json_schema()).iter_errors(payload):
             for name, reason in _describe(error, payload):
                 found.setdefault(name, []).append(reason)
+        return found
+
+    def problems(self, payload: Any) -> dict[str, list[str]]:
+        """Why *payload* does not fit, per field (``payload`` for the whole); empty when it fits."""
+        found = self.problems_of_schema(payload)
         if not found and self.check is not None:
             for name, reason in dict(self.check(payload)).items():
                 found.setdefault(name, []).append(reason)
@@ -180,10 +193,14 @@ def schema(
     description: str = "",
     *,
     check: Callable[[dict[str, Any]], Mapping[str, str]] | None = None,
+    rules: tuple[str, ...] = (),
     **properties: Mapping[str, Any],
 ) -> PayloadSchema:
-    """A closed payload schema (unknown fields are refused) with these properties (see :func:`field`)."""
-    return PayloadSchema(title, description, dict(properties), check)
+    """A closed payload schema (unknown fields are refused) with these properties (see :func:`field`);
+    *check* and its *rules* (in words) for what one field requires of another."""
+    if (check is None) != (not rules):
+        raise ValueError("a check needs its rules in words, and rules need their check")
+    return PayloadSchema(title, description, dict(properties), check, rules=tuple(rules))
 
 
 def any_object(title: str) -> PayloadSchema:

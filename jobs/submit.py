@@ -79,6 +79,7 @@ def submit(
         problems = k.schema.problems(payload)
         if problems:
             raise PayloadInvalid(problems)
+        payload = k.schema.normalized(payload)
     if k.workflow:  # one entry point for every kind: a workflow kind's submit creates its workflow
         return submit_workflow_kind(
             target,

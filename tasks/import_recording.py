@@ -47,6 +47,7 @@ PAYLOAD = payloads.schema(
     ),
     files=payloads.field("list", "Files", "Segment files instead of a folder, one per line.", nullable=True),
     check=_import_check,
+    rules=("give either a folder or a list of files.",),
 )
 
 

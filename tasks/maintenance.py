@@ -215,13 +215,14 @@ def declare_resync(broker: Broker) -> Any:
     def resync() -> None:
         run_resync(broker)
 
+    # the next tick is the retry; a run that hangs is cut off before the next tick's
+    wanted = {"max_retries": 0, "time_limit": 60_000}
     return dramatiq.actor(
         resync,
         actor_name=RESYNC_ACTOR,
         queue_name="maintenance",
-        max_retries=0,  # the next tick is the retry
-        time_limit=60_000,
         broker=broker,
+        **{k: v for k, v in wanted.items() if k in broker.actor_options},
         periodic=every(
             seconds=RESYNC_PERIOD_S,
             catchup="latest",

@@ -101,6 +101,7 @@ PAYLOAD = payloads.schema(
     width=payloads.field("integer", "Width", "Width of the clip.", unit="px", minimum=16, maximum=7680, default=1280),
     height=payloads.field("integer", "Height", "Height of the clip.", unit="px", minimum=16, maximum=4320, default=720),
     check=_window_check,
+    rules=("give both a clip start and a clip end, or neither; the end comes after the start.",),
 )
 
 

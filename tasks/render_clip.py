@@ -79,6 +79,7 @@ PAYLOAD = payloads.schema(
         "string", "File name", "Name of the clip's file (without .mp4).", default="clip", max_length=100
     ),
     check=_window_check,
+    rules=("the end comes after the start.",),
 )
 
 

@@ -78,6 +78,7 @@ PAYLOAD = payloads.schema(
         if p.get("end_s") is not None and p["end_s"] <= p.get("start_s", 0.0)
         else {}
     ),
+    rules=("the end, when given, comes after the start.",),
 )
 
 

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-APP = "tests.e2e.apps.web_kinds"
+APP = "tests.e2e.apps.web_kinds:compose"
 CHROMIUM = "/usr/bin/chromium"
 
 
@@ -113,7 +113,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
         **os.environ,
         "TENURE_DATABASE_URL": url,
         "TENURE_OUTPUT_ROOT": str(tmp / "outputs"),
-        "TENURE_WEB_TASKS_MODULE": APP,
+        "TENURE_WEB_TASKS_APP": APP,
         "TENURE_SECRET_KEY": "e2e-secret",
         "TENURE_WEB_UI_POLL_S": "30",
         "TENURE_WEB_LIVE_POLL_S": "0.2",

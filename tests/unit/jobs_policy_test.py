@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from jobs.enqueue import request_digest
 from jobs.errors import MAX_ERROR_CHARS, JobTimeout, public_error, redact
 from jobs.registry import default_backoff
 from jobs.status import RETRYABLE_STATUSES, TERMINAL_STATUSES, JobStatus
-from jobs.submit import request_digest
 
 
 @pytest.mark.parametrize(

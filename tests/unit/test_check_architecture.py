@@ -90,3 +90,57 @@ def test_cli_exit_code_and_message(tree: Path) -> None:
 def test_this_repository_is_clean() -> None:
     proc = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout
+
+
+# -- import circles inside a layer -----------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("files", "cycle"),
+    [
+        # two modules, one of the imports late (inside a function)
+        ({"jobs/a.py": "from . import b\n", "jobs/b.py": "def f():\n    from .a import g\n"}, ("jobs.a", "jobs.b")),
+        # three modules, absolute imports, a name imported from a module
+        (
+            {
+                "jobs/a.py": "import jobs.b\n",
+                "jobs/b.py": "from jobs.c import x\n",
+                "jobs/c.py": "from jobs import a\n",
+            },
+            ("jobs.a", "jobs.b", "jobs.c"),
+        ),
+        # a package's __init__ importing its module, which imports the package
+        ({"webapp/ui/__init__.py": "from . import pages\n", "webapp/ui/pages.py": "from . import bp\n"},
+         ("webapp.ui", "webapp.ui.pages")),
+        # importlib counts too
+        (
+            {"tasks/a.py": "import importlib\nimportlib.import_module('tasks.b')\n", "tasks/b.py": "import tasks.a\n"},
+            ("tasks.a", "tasks.b"),
+        ),
+    ],
+)  # fmt: skip
+def test_import_circles_inside_a_layer_are_reported(tree: Path, files: dict[str, str], cycle: tuple[str, ...]) -> None:
+    for rel, source in files.items():
+        write(tree, rel, source)
+    found = check_architecture.circles(tree)
+    assert [c.cycle for c in found] == [cycle]
+    proc = subprocess.run([sys.executable, str(SCRIPT), str(tree)], capture_output=True, text=True)
+    assert proc.returncode == 1 and f"import circle in {cycle[0].split('.')[0]}: " in proc.stdout
+
+
+@pytest.mark.parametrize(
+    "files",
+    [
+        # one-way imports, and a package __init__ re-exporting modules that import only each other
+        {"jobs/__init__.py": "from .a import f\n", "jobs/a.py": "from . import b\n", "jobs/b.py": "import json\n"},
+        # an annotation-only import never runs
+        {
+            "broker/a.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .b import B\n",
+            "broker/b.py": "from .a import A\n",
+        },
+        # across layers is the layering rule's business, not a circle inside a layer
+        {"tasks/a.py": "import jobs.b\n", "jobs/b.py": "def f():\n    import tasks.a\n"},
+    ],
+)
+def test_imports_without_a_circle_pass(tree: Path, files: dict[str, str]) -> None:
+    for rel, source in files.items():
+        write(tree, rel, source)
+    assert check_architecture.circles(tree) == []

@@ -9,19 +9,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import flask_smorest
 from flask import Flask, current_app, request
 from flask_smorest import Api
 
 from ..auth import csrf, require_identity
-from ..strict_json import StrictJsonParser
 from .schemas import ErrorSchema
-
-
-class Blueprint(flask_smorest.Blueprint):
-    """The API's blueprints: JSON bodies are parsed as standard JSON only (:mod:`webapp.strict_json`)."""
-
-    ARGUMENTS_PARSER = StrictJsonParser()
 
 
 class TenureApi(Api):

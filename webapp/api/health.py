@@ -6,7 +6,7 @@ from flask import jsonify
 
 from ..auth import require_identity
 from ..services import services
-from . import Blueprint
+from .blueprint import Blueprint
 from .schemas import HealthSchema
 
 blp = Blueprint("health", __name__, url_prefix="/api/health", description="Liveness and readiness")

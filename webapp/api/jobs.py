@@ -15,7 +15,7 @@ from ..gateway import JobQuery
 from ..services import services
 from ..uploads import store as store_upload
 from ..uploads import upload_max_bytes
-from . import Blueprint
+from .blueprint import Blueprint
 from .schemas import (
     ID_MAX,
     BulkResultSchema,

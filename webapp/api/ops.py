@@ -9,7 +9,7 @@ from flask.views import MethodView
 from .. import operations
 from ..auth import api_guard, require_admin
 from ..services import services
-from . import Blueprint
+from .blueprint import Blueprint
 from .schemas import (
     ID_MAX,
     ActivityBucketSchema,

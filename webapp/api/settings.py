@@ -9,7 +9,7 @@ from marshmallow import fields, validate
 from .. import runtime_settings
 from ..auth import api_guard, require_admin
 from ..services import services
-from . import Blueprint
+from .blueprint import Blueprint
 from .schemas import WholeNumber
 
 blp = Blueprint("settings_api", __name__, url_prefix="/api/v1", description="Runtime settings (admin role)")

@@ -9,7 +9,7 @@ from flask import flash, g, redirect, render_template, request, url_for
 from .. import operations
 from ..errors import ApiError, Forbidden
 from ..services import services
-from . import bp
+from .blueprint import bp
 from .charts import bar_chart, line_chart
 from .forms import EmptyForm
 

@@ -11,7 +11,7 @@ from settings import runtime as rs
 from .. import runtime_settings
 from ..errors import ApiError, Forbidden, Invalid
 from ..services import services
-from . import bp
+from .blueprint import bp
 from .forms import EmptyForm
 
 

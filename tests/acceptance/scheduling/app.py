@@ -13,7 +13,6 @@ import time
 
 import dramatiq
 
-import tasks  # noqa: F401  (the package picks a broker from TENURE_BROKER_URL; this app uses its own below)
 from broker import SQLiteBroker
 from jobs.registry import registry
 from tasks.maintenance import run_resync

@@ -31,7 +31,7 @@ from tasks import import_recording, notify, pipeline, render_clip, transcribe  #
 from tasks.domain.demo_recording import DemoRecording, make_recording
 
 ROOT = Path(__file__).resolve().parents[3]
-APP = "tests.acceptance.tasks.apps.worker"
+APP = "tests.acceptance.tasks.apps.worker:compose"
 KINDS = ("import_recording", "transcribe", "render_clip", "notify_webhook", "notify_email", "recording_pipeline")
 #: Queues of the general worker type (everything but ASR, which has its own process type).
 MAIN_QUEUES = ("default", "render", "notify")

@@ -9,16 +9,20 @@ from pathlib import Path
 import dramatiq
 
 from broker import SQLiteBroker
-from tasks.maintenance import MaintenanceConfig, ResyncReport, resync, run_resync
+from tasks.maintenance import MaintenanceConfig, ResyncReport, declare_resync, run_resync
 from tasks.scheduling import Scheduler, every
 
 from .conftest import Clock
 
 
-def test_the_resync_actor_is_a_30_second_sub_minute_schedule() -> None:
+def test_the_resync_actor_is_a_30_second_sub_minute_schedule(sqlite_url: str) -> None:
+    broker = SQLiteBroker(sqlite_url)  # Dramatiq's default middleware, as a worker's broker has
+    resync = declare_resync(broker)
+    assert declare_resync(broker) is resync  # declared once per broker
     spec = resync.options["periodic"]
     assert spec.describe() == "every 30s" and spec.max_staleness_s is not None and spec.catchup == "latest"
     assert resync.queue_name == "maintenance" and resync.options["max_retries"] == 0
+    broker.close()
 
 
 def test_resync_reclaims_purges_prunes_and_refreshes_and_is_idempotent(

@@ -40,6 +40,7 @@ else:
     )
 dramatiq.set_broker(broker)
 middleware = jobs.install(broker, settings)
+jobs.registry.bind(broker)  # the kinds below are declared on this broker
 broker.add_middleware(FastStop())  # a SIGTERM'd test worker exits in ~0.4 s instead of ~2.5 s
 
 

@@ -18,7 +18,7 @@ from tests.acceptance.jobs.apps.jobs_app import settings  # declares the kinds o
 def main() -> None:
     owner, key, payload, go_file = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), sys.argv[4]
     engine = make_engine(settings.database_url)
-    jobs.publish.prepare_broker(jobs.registry.get("acc_echo").actor.broker, "jobs_acceptance")
+    jobs.publish.prepare_broker(jobs.registry.broker_for("acc_echo"), "jobs_acceptance")
     engine.connect().close()  # connect before the start line so every process is ready at once
     while not os.path.exists(go_file):
         time.sleep(0.001)

@@ -1,0 +1,66 @@
+"""The UI blueprint itself: every page needs a session; the globals and filters its templates share."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from flask import Blueprint, current_app, g
+from flask_login import login_required
+
+import accounts
+
+from ..gateway import STATUSES
+from ..services import services
+
+bp = Blueprint("ui", __name__, template_folder="../templates")
+
+PAGE_SIZE = 50
+
+
+@bp.before_request
+@login_required
+def _logged_in() -> None:
+    """Every UI page needs a session (login/logout live in the auth blueprint)."""
+    from flask_login import current_user
+
+    g.identity = current_user
+
+
+@bp.app_context_processor
+def _globals() -> dict[str, Any]:
+    return {
+        "STATUSES": STATUSES,
+        "now": datetime.now(UTC),
+        "ui_poll_s": current_app.config["UI_POLL_S"],
+        "owner_name": _owner_name,
+    }
+
+
+def _owner_name(owner_id: str) -> str:
+    """A job owner's user name for admins' lists (owner ids are user ids; others are shown as they are)."""
+    if "owner_names" not in g:
+        g.owner_names = {u.owner_id: u.username for u in accounts.list_users(services().engine)}
+    return g.owner_names.get(owner_id, owner_id)
+
+
+@bp.app_template_filter("ago")
+def _ago(value: datetime | None) -> str:
+    if value is None:
+        return "—"
+    seconds = (datetime.now(UTC) - value).total_seconds()
+    if seconds < 0:
+        return "in " + _ago_span(-seconds)
+    return _ago_span(seconds) + " ago"
+
+
+def _ago_span(seconds: float) -> str:
+    for size, unit in ((86400, "d"), (3600, "h"), (60, "min")):
+        if seconds >= size:
+            return f"{int(seconds // size)} {unit}"
+    return f"{int(seconds)} s"
+
+
+@bp.app_template_filter("ts")
+def _ts(value: datetime | None) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%S UTC") if value else "—"

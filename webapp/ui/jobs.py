@@ -1,0 +1,320 @@
+"""The UI's job pages: lists with filters and bulk actions, a job's page and partials, submit forms, tokens."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from flask import flash, g, redirect, render_template, request, send_file, url_for
+
+import accounts
+
+from ..bulk import bulk_apply
+from ..errors import ApiError, Conflict, Invalid, JobNotFoundError
+from ..gateway import STATUSES, JobQuery
+from ..services import services
+from ..uploads import UPLOAD_KIND, PayloadTooLarge, upload_max_bytes
+from ..uploads import store as store_upload
+from .blueprint import PAGE_SIZE, bp
+from .forms import EmptyForm, TokenForm, payload_from, submit_form_for
+
+
+def _is_htmx() -> bool:
+    return request.headers.get("HX-Request") == "true"
+
+
+def _filters(args: Any = None) -> tuple[JobQuery, dict[str, Any]]:
+    """The list filters from the query string (or a form); invalid values are dropped, never a 500."""
+    args = request.args if args is None else args
+    statuses = tuple(s for s in args.getlist("status") if s in STATUSES)
+    created_after = _parse_dt(args.get("created_after"))
+    created_before = _parse_dt(args.get("created_before"))
+    owner = (args.get("owner") or "").strip()[:100] if g.identity.is_admin else ""
+    owner_id = owner
+    if owner:  # admins may type a user name; jobs carry the user's id
+        named = accounts.get_user_by_name(services().engine, owner)
+        owner_id = named.owner_id if named else owner
+    query = JobQuery(
+        statuses=statuses,
+        kind=(args.get("kind") or "").strip()[:100] or None,
+        queue=(args.get("queue") or "").strip()[:100] or None,
+        owner_id=owner_id or None,
+        created_after=created_after,
+        created_before=created_before,
+        search=(args.get("q") or "").strip()[:200] or None,
+    )
+    shown = {
+        "status": statuses,
+        "kind": query.kind or "",
+        "queue": query.queue or "",
+        "owner": owner,
+        "q": query.search or "",
+        "created_after": args.get("created_after", "") if created_after else "",
+        "created_before": args.get("created_before", "") if created_before else "",
+    }
+    return query, shown
+
+
+def _parse_dt(raw: str | None) -> datetime | None:
+    if not raw:
+        return None
+    try:
+        value = datetime.fromisoformat(raw)
+    except ValueError:
+        return None
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+@bp.route("/")
+def index():
+    return redirect(url_for("ui.jobs"))
+
+
+@bp.route("/jobs")
+def jobs():
+    query, shown = _filters()
+    cursor = request.args.get("cursor") or None
+    page = services().jobs.list_jobs(g.identity.scope, query, cursor=cursor, limit=PAGE_SIZE)
+    kinds = services().jobs.kinds()
+    template = "_job_table.html" if _is_htmx() else "jobs.html"
+    args = {k: v for k, v in request.args.to_dict(flat=False).items() if k != "cursor"}
+    next_url = (
+        url_for("ui.jobs", **{**request.args.to_dict(flat=False), "cursor": page.next_cursor})
+        if page.next_cursor
+        else None
+    )
+    return render_template(
+        template, page=page, filters=shown, kinds=kinds, form=EmptyForm(), next_url=next_url, args=args
+    )
+
+
+def attempts_from(events: list[Any]) -> list[dict[str, Any]]:
+    """Attempt history from the status events: each ``running`` event opens an attempt, the next
+    status event closes it (``queued`` after running means a retry was scheduled)."""
+    attempts: list[dict[str, Any]] = []
+    for event in events:
+        if event.type != "status":
+            continue
+        status = event.data.get("status")
+        if status == "running":
+            attempts.append(
+                {
+                    "attempt": event.data.get("attempt", len(attempts) + 1),
+                    "started": event.created_at,
+                    "ended": None,
+                    "outcome": "running",
+                    "error": None,
+                }
+            )
+        elif attempts and attempts[-1]["ended"] is None:
+            attempts[-1].update(
+                ended=event.created_at,
+                outcome="retry scheduled" if status == "queued" else status,
+                error=event.data.get("error"),
+            )
+    return attempts
+
+
+def _detail(template: str, job_id: str, notice: tuple[str, str] | None = None):  # type: ignore[no-untyped-def]
+    record = services().jobs.get(g.identity.scope, job_id)
+    events = services().jobs.events(g.identity.scope, job_id, after=0, limit=500)
+    return render_template(
+        template, job=record, events=events, attempts=attempts_from(events), form=EmptyForm(), notice=notice
+    )
+
+
+@bp.route("/jobs/<job_id>")
+def job(job_id: str):
+    return _detail("job.html", job_id)
+
+
+@bp.route("/jobs/<job_id>/panel")
+def job_panel(job_id: str):
+    """The live part of the detail page (status, progress, buttons, result, attempts, timeline)."""
+    return _detail("_job_panel.html", job_id)
+
+
+@bp.route("/jobs/<job_id>/row")
+def job_row(job_id: str):
+    record = services().jobs.get(g.identity.scope, job_id)
+    return render_template("_job_row.html", job=record)
+
+
+def _after_action(job_id: str, message: str, category: str):  # type: ignore[no-untyped-def]
+    """htmx swaps the panel (the message goes inside it); a plain form post redirects with a flash."""
+    if _is_htmx():
+        return _detail("_job_panel.html", job_id, notice=(category, message))
+    flash(message, category)
+    return redirect(url_for("ui.job", job_id=job_id))
+
+
+@bp.route("/jobs/<job_id>/cancel", methods=["POST"])
+def cancel(job_id: str):
+    try:
+        _, outcome = services().jobs.cancel(g.identity.scope, job_id, by=g.identity.user.owner_id)
+    except Conflict as exc:
+        return _after_action(job_id, exc.message, "error")
+    message = "Cancelled." if outcome == "cancelled" else "Cancel requested; the job stops at its next checkpoint."
+    return _after_action(job_id, message, "info")
+
+
+@bp.route("/jobs/<job_id>/retry", methods=["POST"])
+def retry(job_id: str):
+    try:
+        new, created = services().jobs.retry(g.identity.scope, job_id, by=g.identity.user.owner_id)
+    except Conflict as exc:
+        return _after_action(job_id, exc.message, "error")
+    flash(f"Retrying as job {new.id}." if created else f"Already retried as job {new.id}.", "info")
+    return redirect(url_for("ui.job", job_id=new.id))
+
+
+@bp.route("/jobs/bulk", methods=["POST"])
+def bulk():
+    action = request.form.get("action")
+    ids = [i for i in request.form.getlist("ids") if i][:500]
+    if action not in ("cancel", "retry") or not ids:
+        flash("Select jobs and an action.", "error")
+        return redirect(url_for("ui.jobs"))
+    done = skipped = 0
+    for job_id in ids:
+        try:
+            if action == "cancel":
+                services().jobs.cancel(g.identity.scope, job_id, by=g.identity.user.owner_id)
+            elif not services().jobs.retry(g.identity.scope, job_id, by=g.identity.user.owner_id)[1]:
+                skipped += 1  # retried before: its earlier retry was answered, nothing new started
+                continue
+            done += 1
+        except (Conflict, JobNotFoundError):
+            skipped += 1
+    verb = "Cancelled" if action == "cancel" else "Retried"
+    flash(
+        f"{verb} {done} job(s)"
+        + (f"; {skipped} skipped (not allowed in their status, or retried before)." if skipped else "."),
+        "info",
+    )
+    return redirect(
+        request.form.get("back") if (request.form.get("back") or "").startswith("/jobs") else url_for("ui.jobs")
+    )
+
+
+@bp.route("/jobs/bulk-by-filter", methods=["GET", "POST"])
+def bulk_by_filter():
+    """Cancel or retry every job matching the list's filters: GET shows the dry-run count, POST acts."""
+    action = request.values.get("action")
+    if action not in ("cancel", "retry"):
+        flash("Unknown bulk action.", "error")
+        return redirect(url_for("ui.jobs"))
+    query, shown = _filters(request.args if request.method == "GET" else request.form)
+    dry_run = request.method == "GET"
+    result = bulk_apply(
+        services().jobs, g.identity.scope, g.identity.user.owner_id, query, action, limit=1000, dry_run=dry_run
+    )
+    if dry_run:
+        return render_template("bulk_confirm.html", action=action, result=result, filters=shown, form=EmptyForm())
+    verb = "Cancelled" if action == "cancel" else "Retried"
+    flash(f"{verb} {result['affected']} of {result['matched']} matching job(s).", "info")
+    return redirect(url_for("ui.jobs"))
+
+
+@bp.route("/jobs/<job_id>/files/<path:name>")
+def download(job_id: str, name: str):
+    path = services().jobs.output_file(g.identity.scope, job_id, name)
+    return send_file(path, as_attachment=True, download_name=path.name)
+
+
+class UploadRejected(Exception):
+    """An upload failed its checks; the form shows every reason (nothing was stored)."""
+
+    def __init__(self, exc: ApiError) -> None:
+        details = exc.details if isinstance(exc.details, dict) else {}
+        reasons = [str(m) for ms in details.values() for m in (ms if isinstance(ms, list) else [ms])]
+        self.reasons = [exc.message, *reasons]
+        super().__init__(exc.message)
+
+
+@bp.route("/submit")
+def submit_index():
+    return render_template("submit_index.html", kinds=services().jobs.kinds())
+
+
+@bp.route("/submit/<kind_name>", methods=["GET", "POST"])
+def submit(kind_name: str):
+    kinds = {k.name: k for k in services().jobs.kinds()}
+    kind = kinds.get(kind_name)
+    if kind is None:
+        raise JobNotFoundError(f"No job kind named {kind_name!r}.")
+    form = submit_form_for(kind, request.form if request.method == "POST" else None)
+    # A form shown again with its validation messages is a 200 page (a 4xx would be a console error).
+    if request.method == "POST":
+        if form.validate():
+            try:
+                payload = payload_from(kind, form)
+                uploaded = [f for f in request.files.getlist("upload") if f and f.filename]
+                if kind.name == UPLOAD_KIND and uploaded:
+                    # Validated as a whole before anything is written; the job imports the stored folder.
+                    try:
+                        upload = store_upload(
+                            services().output_root, g.identity.user.owner_id, uploaded, upload_max_bytes()
+                        )
+                    except (Invalid, PayloadTooLarge) as exc:
+                        raise UploadRejected(exc) from None
+                    payload = {k: v for k, v in payload.items() if k not in ("folder", "files")}
+                    payload["folder"] = str(upload.folder)
+                record, created = services().jobs.submit(
+                    owner_id=g.identity.user.owner_id,
+                    kind=kind.name,
+                    payload=payload,
+                    idempotency_key=form.idempotency_key.data or None,
+                    priority=form.priority.data or 0,
+                    delay_s=form.delay_s.data or 0.0,
+                )
+            except UploadRejected as exc:
+                form.form_errors.extend(exc.reasons)
+            except Invalid as exc:
+                _attach_errors(form, exc)
+            except Conflict as exc:
+                form.form_errors.append(exc.message)
+            else:
+                flash(f"Submitted job {record.id}." if created else f"Already submitted as job {record.id}.", "info")
+                return redirect(url_for("ui.job", job_id=record.id))
+    return render_template("submit.html", kind=kind, form=form, upload=kind.name == UPLOAD_KIND)
+
+
+def _attach_errors(form: Any, exc: ApiError) -> None:
+    details = exc.details if isinstance(exc.details, dict) else {}
+    attached = False
+    for name, messages in details.items():
+        field = getattr(form, f"p_{name}", None)
+        if field is not None:
+            field.errors = list(field.errors) + [
+                str(m) for m in (messages if isinstance(messages, list) else [messages])
+            ]
+            attached = True
+    if not attached:
+        form.form_errors.append(exc.message)
+
+
+@bp.route("/tokens", methods=["GET", "POST"])
+def tokens():
+    form = TokenForm()
+    new_secret = None
+    if form.validate_on_submit():
+        _, new_secret = accounts.create_token(services().engine, g.identity.user.id, form.name.data)
+        form = TokenForm(formdata=None)
+    return render_template(
+        "tokens.html",
+        tokens=accounts.list_tokens(services().engine, g.identity.user.id),
+        form=form,
+        revoke_form=EmptyForm(),
+        new_secret=new_secret,
+    )
+
+
+@bp.route("/tokens/<int:token_id>/revoke", methods=["POST"])
+def revoke_token(token_id: int):
+    try:
+        accounts.revoke_token(services().engine, g.identity.user.id, token_id)
+        flash("Token revoked.", "info")
+    except accounts.TokenNotFound:
+        flash("No such active token.", "error")
+    return redirect(url_for("ui.tokens"))
