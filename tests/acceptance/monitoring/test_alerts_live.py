@@ -23,9 +23,10 @@ What the tests change, and why:
   dead-lettered by the worker, a paused queue, a worker process stopped (SIGSTOP) past its lease
   while it holds a webhook delivery, the ASR worker stopped, every worker SIGKILLed, the web stopped.
 
-The tests run in file order on one deployment (module fixture; one xdist group), each starting from
-the state the previous one left; each asserts that the alert it is about is not active before its
-fault, so a wrong order fails instead of passing.
+One test runs the phases in order on one deployment (pytest would tear a module fixture down between
+tests that xdist interleaves with other modules'): each phase starts from the state the previous
+one left, and first asserts that the alert it is about is not active, so a phase can never pass on
+what an earlier one caused.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ from tasks.maintenance import RESYNC_PERIOD_S
 from tasks.scheduling import every
 from tasks.scheduling import store as schedule_store
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(240), pytest.mark.xdist_group("alerts-live")]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 ROOT = Path(__file__).resolve().parents[3]
 ALERTS = ROOT / "monitoring" / "prometheus" / "alerts.yml"
@@ -192,6 +193,8 @@ class Deployment:
     receiver: HoldingReceiver
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     password: str = ""
+    #: Seconds per phase (shown when a later phase fails, and with ``pytest -s``).
+    phase_durations: dict[str, float] = field(default_factory=dict)
 
     # processes
     def start(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
@@ -228,9 +231,8 @@ class Deployment:
             self.stop(name)
 
     def logs(self) -> str:
-        return "\n".join(
-            f"== {p.name}\n{p.read_text(errors='replace')[-3000:]}" for p in sorted(self.tmp.glob("*.log"))
-        )
+        tails = [f"== {p.name}\n{p.read_text(errors='replace')[-3000:]}" for p in sorted(self.tmp.glob("*.log"))]
+        return "\n".join([f"phases done (s): {self.phase_durations}", *tails])
 
     # the deployment's database, read-only
     def sql(self, query: str, *args: Any) -> list[tuple[Any, ...]]:
@@ -335,7 +337,7 @@ def backdate_resync_history(database_url: str) -> None:
         engine.dispose()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture()
 def dep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     prometheus = shutil.which("prometheus")
     if prometheus is None:
@@ -412,10 +414,10 @@ def dep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
         broker.close()
 
 
-# -- the tests, in order ---------------------------------------------------------------------------------
+# -- the phases, in order: each starts from the state the previous one left -------------------------------
 
 
-def test_stopped_scheduler_fires_no_scheduler_fire_and_schedule_overdue(dep: Deployment) -> None:
+def stopped_scheduler_fires_no_scheduler_fire_and_schedule_overdue(dep: Deployment) -> None:
     # Given web, worker and asr running, and the scheduler stopped since it fired 7 minutes ago
     dep.wait_firing("TenureNoSchedulerFire", "TenureScheduleOverdue")
     wait_for("3 worker processes", lambda: dep.value("sum(tenure_worker_processes)") == 3, 90, dep.logs)
@@ -427,7 +429,7 @@ def test_stopped_scheduler_fires_no_scheduler_fire_and_schedule_overdue(dep: Dep
     assert dep.value('time() - tenure_schedule_next_fire_timestamp_seconds{schedule="resync"}') > 300
 
 
-def test_healthy_deployment_fires_no_rule(dep: Deployment) -> None:
+def healthy_deployment_fires_no_rule(dep: Deployment) -> None:
     # When the scheduler starts: it fires the latest missed resync tick at once (within its 30 s grace)
     dep.start_procfile("scheduler")
     wait_for(
@@ -470,7 +472,7 @@ def test_healthy_deployment_fires_no_rule(dep: Deployment) -> None:
     assert dep.value('sum(tenure_messages_processed_total{actor="notify_webhook",outcome="ok"})') == 2
 
 
-def test_dead_letters_fire_dead_letters_growing_and_failure_rate(dep: Deployment) -> None:
+def dead_letters_fire_dead_letters_growing_and_failure_rate(dep: Deployment) -> None:
     assert not {"TenureDeadLettersGrowing", "TenureFailureRateHigh"} & dep.firing()
     # When messages for an actor no worker declares arrive (a newer web app than its workers):
     # the workers dead-letter them. The first makes the outcome series exist; the others are increases.
@@ -486,7 +488,7 @@ def test_dead_letters_fire_dead_letters_growing_and_failure_rate(dep: Deployment
     assert dep.value('tenure_queue_messages{queue="default",state="dead"}') == 5
 
 
-def test_paused_queue_backlog_fires_queue_lag(dep: Deployment) -> None:
+def paused_queue_backlog_fires_queue_lag(dep: Deployment) -> None:
     assert "TenureQueueLagHigh" not in dep.firing()
     # Given an operator paused "default", and messages that fell due 6 minutes ago wait there
     status, body = dep.api("POST", "/api/v1/queues/default/pause")
@@ -503,7 +505,7 @@ def test_paused_queue_backlog_fires_queue_lag(dep: Deployment) -> None:
     dep.wait_inactive("TenureQueueLagHigh")
 
 
-def test_worker_stalled_past_its_lease_fires_leases_lost(dep: Deployment) -> None:
+def worker_stalled_past_its_lease_fires_leases_lost(dep: Deployment) -> None:
     assert "TenureLeasesLost" not in dep.firing()
     # Given a worker process delivering a webhook to a receiver that holds the request
     dep.receiver.release.clear()
@@ -536,7 +538,7 @@ def test_worker_stalled_past_its_lease_fires_leases_lost(dep: Deployment) -> Non
     assert (dep.value("sum(tenure_leases_lost_total)") or 0) >= 1
 
 
-def test_stopped_asr_worker_fires_queue_without_consumers(dep: Deployment) -> None:
+def stopped_asr_worker_fires_queue_without_consumers(dep: Deployment) -> None:
     assert "TenureQueueWithoutConsumers" not in dep.firing()
     # When the ASR worker process dies (with its parent: nothing restarts it) and a message waits on its queue
     dep.signal_group("asr", signal.SIGKILL)
@@ -548,7 +550,7 @@ def test_stopped_asr_worker_fires_queue_without_consumers(dep: Deployment) -> No
     assert "TenureWorkersDown" not in dep.firing()  # the other worker processes still run
 
 
-def test_killed_workers_fire_workers_down_and_leases_expiring(dep: Deployment) -> None:
+def killed_workers_fire_workers_down_and_leases_expiring(dep: Deployment) -> None:
     assert not {"TenureWorkersDown", "TenureLeasesExpiring"} & dep.firing()
     # Given a worker process holding a webhook delivery's lease
     dep.receiver.release.clear()
@@ -567,7 +569,7 @@ def test_killed_workers_fire_workers_down_and_leases_expiring(dep: Deployment) -
     assert dep.value('tenure_leases_expired_unreaped{queue="notify"}') == 1
 
 
-def test_stopped_web_fires_metrics_down_not_workers_down(dep: Deployment) -> None:
+def stopped_web_fires_metrics_down_not_workers_down(dep: Deployment) -> None:
     assert "TenureMetricsDown" not in dep.firing()
     assert "TenureWorkersDown" in dep.firing()  # left by the previous test
     # When the web process (the only /metrics) dies
@@ -577,3 +579,20 @@ def test_stopped_web_fires_metrics_down_not_workers_down(dep: Deployment) -> Non
     # scheduler" (absent()) say nothing while no Tenure target answers
     dep.wait_firing("TenureMetricsDown")
     dep.wait_inactive("TenureWorkersDown", "TenureNoSchedulerFire")
+
+
+def test_every_alert_rule_on_a_live_deployment(dep: Deployment) -> None:
+    for phase in (
+        stopped_scheduler_fires_no_scheduler_fire_and_schedule_overdue,
+        healthy_deployment_fires_no_rule,
+        dead_letters_fire_dead_letters_growing_and_failure_rate,
+        paused_queue_backlog_fires_queue_lag,
+        worker_stalled_past_its_lease_fires_leases_lost,
+        stopped_asr_worker_fires_queue_without_consumers,
+        killed_workers_fire_workers_down_and_leases_expiring,
+        stopped_web_fires_metrics_down_not_workers_down,
+    ):
+        started = time.monotonic()
+        phase(dep)
+        dep.phase_durations[phase.__name__] = round(time.monotonic() - started, 1)
+    print(f"alert phases (s): {dep.phase_durations}")
