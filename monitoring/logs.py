@@ -16,9 +16,10 @@ and this module turns those records into
 - metrics (:class:`LifecycleMetricsHandler`): ``tenure_jobs_finished_total{kind,outcome}``,
   ``tenure_stale_attempts_total``, ``tenure_schedule_fires_total{schedule,result}``.
 
-Layers that may import monitoring (tasks, webapp, the scheduler) can call :func:`log_event`.
+Layers that may import monitoring (tasks, webapp, the scheduler) call :func:`log_event`, which
+counts the event itself (whatever the log level, in any process) before logging it.
 :class:`monitoring.middleware.MetricsMiddleware` installs the metrics handler in every worker
-process; other processes call :func:`install`.
+process, for the job layer's plain records; other processes call :func:`install` to print the lines.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ EVENTS = {
     "job.cancelled": "the job was cancelled (outcome=cancelled)",
     "job.interrupted": "a lease expired on an unsafe actor; parked for review (outcome=interrupted)",
     "job.stale_write": "a write from a stale attempt was rejected",
-    "schedule.fire": "a scheduler handled a tick (schedule, result=fired|duplicate|skipped)",
+    "schedule.fire": "a scheduler handled ticks (schedule, result=fired|duplicate|skipped, ticks=how many)",
 }
 #: The only fields ever printed, per event family, in this order. Values must be scalars (str, int,
 #: float, bool); anything else (a payload, a result dict) is dropped, strings are truncated.
@@ -66,7 +67,7 @@ JOB_FIELDS = (
     "queue",
     "worker_id",
 )
-SCHEDULE_FIELDS = ("event", "schedule", "result", "tick")
+SCHEDULE_FIELDS = ("event", "schedule", "result", "tick", "ticks")
 FIELDS = tuple(dict.fromkeys(JOB_FIELDS + SCHEDULE_FIELDS))
 #: Longest value printed.
 MAX_VALUE_CHARS = 200
@@ -80,6 +81,10 @@ def event_fields(record: logging.LogRecord) -> dict[str, Any] | None:
     raw = getattr(record, EXTRA_KEY, None)
     if not isinstance(raw, Mapping) or "event" not in raw:
         return None
+    return _allowed(raw)
+
+
+def _allowed(raw: Mapping[str, Any]) -> dict[str, Any]:
     allowed = SCHEDULE_FIELDS if str(raw["event"]).startswith("schedule.") else JOB_FIELDS
     out: dict[str, Any] = {}
     for key in allowed:
@@ -121,8 +126,11 @@ class LifecycleFormatter(logging.Formatter):
                 {"ts": round(record.created, 3), "level": record.levelname, "logger": record.name, **fields},
                 separators=(",", ":"),
             )
-        pairs = " ".join(f"{k}={_quote(v)}" for k, v in fields.items())
-        return f"{self.formatTime(record)} {record.levelname} {record.name} {pairs}"
+        return f"{self.formatTime(record)} {record.levelname} {record.name} {_pairs(fields)}"
+
+
+def _pairs(fields: Mapping[str, Any]) -> str:
+    return " ".join(f"{k}={_quote(v)}" for k, v in fields.items())
 
 
 def _quote(value: Any) -> str:
@@ -153,7 +161,9 @@ def count(fields: Mapping[str, Any]) -> None:
     elif event == "job.stale_write":
         m.record_stale_attempt()
     elif event == "schedule.fire" and fields.get("result") in m.SCHEDULE_RESULTS:
-        m.record_schedule_fire(str(fields.get("schedule", "")), str(fields["result"]))
+        ticks = fields.get("ticks", 1)
+        if type(ticks) is int and ticks > 0:  # not a bool, not a float: a count of ticks
+            m.record_schedule_fire(str(fields.get("schedule", "")), str(fields["result"]), ticks)
 
 
 def observe_lifecycle(fields: dict[str, Any]) -> None:
@@ -162,13 +172,23 @@ def observe_lifecycle(fields: dict[str, Any]) -> None:
 
 
 def log_event(event: str, *, level: int = logging.INFO, **fields: Any) -> None:
-    """Emit one lifecycle event (for layers allowed to import monitoring).
+    """Count one lifecycle event into its metrics, then log it (for layers allowed to import monitoring).
+
+    Counting does not depend on the log level or on a handler being installed: the scheduler's
+    ``periodiq`` process, for one, never boots :class:`~monitoring.middleware.MetricsMiddleware`. The
+    record is marked as counted, so :class:`LifecycleMetricsHandler` does not count it again; its
+    message is the allow-listed ``key=value`` pairs, readable through any formatter.
 
     Parameters:
       event: One of :data:`EVENTS`.
-      fields: Any of :data:`FIELDS`; others are dropped by the formatter.
+      level: The record's level.
+      fields: Any of :data:`FIELDS`; others are neither printed nor counted.
     """
-    logging.getLogger(LIFECYCLE_LOGGER).log(level, event, extra={EXTRA_KEY: {"event": event, **fields}})
+    data = _allowed({"event": event, **fields})
+    count(data)
+    logger = logging.getLogger(LIFECYCLE_LOGGER)
+    if logger.isEnabledFor(level):
+        logger.log(level, "%s", _pairs(data), extra={EXTRA_KEY: data, OBSERVED: True})
 
 
 def install_metrics_handler(logger_name: str = LIFECYCLE_LOGGER) -> LifecycleMetricsHandler:

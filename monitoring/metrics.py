@@ -108,7 +108,7 @@ STALE_ATTEMPTS = Counter(
 SCHEDULE_FIRES = Counter(
     "tenure_schedule_fires",
     "Schedule ticks handled by a scheduler process, by result: fired, duplicate (another process "
-    "fired the tick), skipped (missed tick dropped by the catch-up policy).",
+    "fired the tick), skipped (paused, or a missed tick dropped by the catch-up policy).",
     ("schedule", "result"),
     registry=REGISTRY,
 )
@@ -133,19 +133,34 @@ def record_stale_attempt() -> None:
     STALE_ATTEMPTS.inc()
 
 
-def record_schedule_fire(schedule: str, result: str) -> None:
-    """Count one schedule tick.
+def record_schedule_fire(schedule: str, result: str, ticks: int = 1) -> None:
+    """Count *ticks* ticks of one schedule that a scheduler handled with *result*.
 
     Parameters:
       schedule: The schedule's declared name (a bounded set; never a tick timestamp).
       result: One of :data:`SCHEDULE_RESULTS`.
+      ticks: How many ticks (a wake after downtime may skip many at once).
 
     Raises:
-      ValueError: For an unknown result (keeps the label set bounded).
+      ValueError: For an unknown result (keeps the label set bounded) or a negative count.
     """
     if result not in SCHEDULE_RESULTS:
         raise ValueError(f"unknown schedule fire result {result!r}; expected one of {SCHEDULE_RESULTS}")
-    SCHEDULE_FIRES.labels(schedule, result).inc()
+    if ticks < 0:
+        raise ValueError(f"a tick count cannot be negative, got {ticks}")
+    SCHEDULE_FIRES.labels(schedule, result).inc(ticks)
+
+
+def declare_schedule(schedule: str) -> None:
+    """Export the fire counters of a declared schedule at 0, one per result.
+
+    A counter that first appears at 1 shows no increase to Prometheus, so without this the first
+    fire after a start (or after an outage) would not count in ``increase()`` and
+    ``TenureNoSchedulerFire`` would wait for the second one. Every process that declares the
+    schedule calls it; the sum over processes is unchanged.
+    """
+    for result in SCHEDULE_RESULTS:
+        SCHEDULE_FIRES.labels(schedule, result)
 
 
 def record_pruned(table: str, rows: int) -> None:
@@ -217,7 +232,8 @@ SCHEDULE_LAST_FIRE = DbMetric(
 SCHEDULE_NEXT_FIRE = DbMetric(
     "tenure_schedule_next_fire_timestamp_seconds",
     "gauge",
-    "Unix time of the next tick due per schedule.",
+    "Unix time of the next tick per schedule, as the schedulers last planned it (they write it on every "
+    "wake): in the past when no scheduler handled the tick that came due.",
     ("schedule",),
 )
 COLLECTOR_SOURCE_UP = DbMetric(

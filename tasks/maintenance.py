@@ -11,7 +11,7 @@ run, and the next tick tries again):
    retry is), dead letters (``broker.purge_dead``), schedule fire rows (each schedule's latest fire
    row is always kept). Retention is read on every run: ``TENURE_RETENTION_*`` overlaid by the
    saved runtime settings ``retention.*`` (:func:`retention_in_force`);
-5. refresh the schedules' view (declared text, next tick) that the UI and metrics read;
+5. refresh the schedules' declared text that the UI reads (the next tick is the scheduler's to write);
 6. remove the scratch directories of renders whose worker was killed (``tasks.outputs``).
 
 Every step is a guarded statement (an expired lease is reclaimed once, a row is deleted once), so

@@ -5,7 +5,8 @@ on the broker before periodic actors are declared (:func:`install`). On declarat
 option into a Tenure declaration (periodiq's own ``cron()`` objects are accepted and read with
 Tenure's cron math) and binds it to its actor and the process's scheduler. On the worker side it
 replaces periodiq's silent 30-second ``skip_delay`` with the schedule's own ``max_staleness_s``
-(none by default).
+(none by default). Every process that declares a schedule exports its fire counters at 0
+(``monitoring.metrics.declare_schedule``), so Prometheus sees the first fire as an increase.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from typing import Any
 from dramatiq.broker import Broker
 from dramatiq.middleware import SkipMessage
 from periodiq import PeriodiqMiddleware
+
+from monitoring.metrics import declare_schedule
 
 from .scheduler import MESSAGE_OPTION, now_ms
 from .specs import DEFAULT_TZ, Binding, as_schedule
@@ -49,6 +52,7 @@ class ScheduleMiddleware(PeriodiqMiddleware):
             default_tz=self.default_tz,
         )
         actor.options["periodic"] = spec
+        declare_schedule(spec.schedule_name)
 
     def before_process_message(self, broker: Broker, message: Any) -> None:
         info = message.options.get(MESSAGE_OPTION)

@@ -13,6 +13,13 @@ declaration's catch-up policy which ticks are due, and fires each in ONE transac
 A scheduler killed mid-transaction leaves nothing behind, and another process fires the tick.
 With a broker that cannot join the transaction (Redis, RabbitMQ) the message is enqueued right
 after the commit: a crash in between loses that one tick (at most once), see docs/schedules.md.
+
+Every wake that handled a tick also records the schedule's next tick (``next_fire_ms``, what the UI
+and ``tenure_schedule_next_fire_timestamp_seconds`` show) and counts each tick it handled into
+``tenure_schedule_fires_total{schedule, result}`` through the ``schedule.fire`` lifecycle event:
+``fired`` (by this process, catch-up included), ``duplicate`` (another process fired it) or
+``skipped`` (paused, or left out by the catch-up policy; missed ticks older than the schedule's
+``grace_s`` are not counted).
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from jobs import db
 from jobs.publish import prepare_broker
 from jobs.registry import registry
 from jobs.submit import submit
+from monitoring.logs import log_event
 
 from . import store
 from .specs import ON_TIME_S, Schedule, as_schedule
@@ -48,6 +56,9 @@ MAX_SLEEP_MS = 60_000
 WAKE_MARGIN_MS = 5
 #: Message option carrying the fire's identity to workers (and to ``max_staleness_s``).
 MESSAGE_OPTION = "tenure_schedule"
+#: Most ticks one wake counts as duplicate or skipped (the latest ones): after a long downtime a
+#: frequent schedule would otherwise enumerate every missed tick of its grace window.
+MAX_COUNTED_TICKS = 1_000
 
 Clock = Callable[[], int]
 
@@ -180,28 +191,57 @@ class Scheduler:
             if nxt is None or nxt > now:
                 return []
         state = self._state(name)
+        next_tick = spec.next_tick(now)
         if state is None:
             # First sight of this schedule anywhere: anchor it now. Ticks before this instant were
             # never owed, so a fresh start inside a matching minute fires nothing.
             with db.write(self.engine) as tx:
                 store.schedule_ensure(tx.conn, name, now, spec.describe())
+                if next_tick is not None:
+                    store.schedule_plan_next(tx.conn, name, next_tick, now)
             self._settled[name] = now
             return []
         fired: list[FireRecord] = []
-        if not state.paused:
-            for tick in spec.plan(lower_ms=state.lower_ms, now_ms=now):
-                record = self._fire(spec, tick, now)
+        tally = _Tally(name, paused=state.paused)
+        try:
+            planned = [] if state.paused else spec.plan(lower_ms=state.lower_ms, now_ms=now)
+            for tick in planned:
+                record = self._fire(spec, tick, now, next_tick)
                 if record is not None:
                     fired.append(record)
+                    tally.fired(record.fire_time)
+                else:
+                    tally.add(self._unfired_result(name, tick))
+            # The other ticks that came due since this process last looked (or since the last fire),
+            # within the grace window: older ones could never fire whatever the policy.
+            since = settled if settled is not None else state.lower_ms
+            after = max(since, now - int(spec.grace_s * 1000) - 1)
+            tried = set(planned)
+            for tick in spec.ticks(after, now, MAX_COUNTED_TICKS):
+                if tick not in tried:
+                    tally.add(_settled_result(state, tick))
+            if next_tick is not None and not fired and state.next_fire_ms != next_tick:
+                with db.write(self.engine) as tx:
+                    store.schedule_plan_next(tx.conn, name, next_tick, now)
+        finally:
+            tally.report()
         self._settled[name] = now
         return fired
 
-    def _fire(self, spec: Schedule, tick: int, now: int) -> FireRecord | None:
+    def _unfired_result(self, name: str, tick: int) -> str:
+        """Why a planned tick did not fire here: another process fired it, or an operator paused or
+        resumed the schedule meanwhile (ticks before a resume never fire)."""
+        state = self._state(name)
+        if state is None or state.paused or state.anchor_ms >= tick:
+            return "skipped"
+        return "duplicate"
+
+    def _fire(self, spec: Schedule, tick: int, now: int, next_tick: int | None) -> FireRecord | None:
         name = spec.schedule_name
         cause = "schedule" if now - tick <= ON_TIME_S * 1000 else "catchup"
         due = tick + spec.jitter_ms()
         if spec.job is not None:
-            return self._fire_job(spec, tick, due, cause, now)
+            return self._fire_job(spec, tick, due, cause, now, next_tick)
         message = self._message(spec, tick, due, cause)
         record = FireRecord(name, tick, cause, message.message_id, None, due, self.owner, now)
         delay = max(0, due - now) or None
@@ -213,6 +253,8 @@ class Scheduler:
                     return None  # fired by another process (or paused meanwhile)
                 if not store.fire_insert(tx.conn, record):
                     raise _TickTaken
+                if next_tick is not None:
+                    store.schedule_plan_next(tx.conn, name, next_tick, now)
                 if self.transactional:
                     self.broker.enqueue(message, delay=delay, connection=tx.conn)
         except _TickTaken:
@@ -222,7 +264,9 @@ class Scheduler:
         logger.info("Schedule %s fired tick %s (%s) as message %s.", name, _iso(tick), cause, message.message_id)
         return record
 
-    def _fire_job(self, spec: Schedule, tick: int, due: int, cause: str, now: int) -> FireRecord | None:
+    def _fire_job(
+        self, spec: Schedule, tick: int, due: int, cause: str, now: int, next_tick: int | None
+    ) -> FireRecord | None:
         """Submit the schedule's job in the fire's transaction (job, idempotency key, message/outbox)."""
         assert spec.job is not None
         name = spec.schedule_name
@@ -245,6 +289,8 @@ class Scheduler:
                 record = FireRecord(name, tick, cause, None, job.id, due, self.owner, now)
                 if not store.fire_insert(conn, record):
                     raise _TickTaken
+                if next_tick is not None:
+                    store.schedule_plan_next(conn, name, next_tick, now)
         except _TickTaken:
             return None
         logger.info("Schedule %s fired tick %s (%s) as job %s.", name, _iso(tick), cause, record.job_id)
@@ -372,7 +418,7 @@ class Scheduler:
                     paused_at=state.paused_at if state else None,
                     paused_by=state.paused_by if state else None,
                     last_fire_ms=state.last_fire_ms if state else None,
-                    next_fire_ms=spec.next_tick(now) if spec is not None else None,
+                    next_fire_ms=_next_fire_ms(spec, state, now),
                 )
             )
         return views
@@ -383,7 +429,10 @@ class Scheduler:
             return store.fire_list(conn, name, limit)
 
     def refresh(self, now: int | None = None) -> int:
-        """Write every declared schedule's row, text and next tick (the view the UI and metrics read).
+        """Write every declared schedule's row and declared text (the view the UI reads).
+
+        The next tick is not written here: only a scheduler's wake writes it, so that a resync run
+        by hand cannot make a stopped scheduler look on time.
 
         Returns:
           How many schedules were refreshed.
@@ -393,7 +442,7 @@ class Scheduler:
         with db.write(self.engine) as tx:
             for name, spec in declared.items():
                 store.schedule_ensure(tx.conn, name, now, spec.describe())
-                store.schedule_set_view(tx.conn, name, spec.describe(), spec.next_tick(now), now)
+                store.schedule_set_spec(tx.conn, name, spec.describe(), now)
         return len(declared)
 
     def prune_fires(self, retention_s: float, now: int | None = None) -> int:
@@ -405,6 +454,57 @@ class Scheduler:
         now = self.clock() if now is None else now
         with db.write(self.engine) as tx:
             return store.fire_prune(tx.conn, now - int(retention_s * 1000))
+
+
+def _next_fire_ms(spec: Schedule | None, state: ScheduleState | None, now: int) -> int | None:
+    """The next tick as the schedulers planned it; the declaration's next tick before any scheduler did."""
+    if state is not None and state.next_fire_ms is not None:
+        return state.next_fire_ms
+    return spec.next_tick(now) if spec is not None else None
+
+
+def _settled_result(state: ScheduleState, tick: int) -> str:
+    """How a due tick this wake did not try to fire was settled, from the state read at the wake."""
+    if not state.paused and state.last_fire_ms is not None and tick <= state.last_fire_ms:
+        return "duplicate"
+    return "skipped"  # paused, before the last resume, or left out by the catch-up policy
+
+
+class _Tally:
+    """The ticks one wake handled, reported as ``schedule.fire`` lifecycle events (metrics + log lines)."""
+
+    def __init__(self, schedule: str, *, paused: bool) -> None:
+        self.schedule = schedule
+        self.paused = paused
+        self.fired_ticks: list[int] = []
+        self.counts = {"duplicate": 0, "skipped": 0}
+
+    def fired(self, tick: int) -> None:
+        self.fired_ticks.append(tick)
+
+    def add(self, result: str) -> None:
+        self.counts[result] += 1
+
+    def report(self) -> None:
+        for tick in self.fired_ticks:  # the scheduler's own INFO line already tells each fire
+            log_event("schedule.fire", level=logging.DEBUG, schedule=self.schedule, result="fired", tick=_iso(tick))
+        if self.counts["duplicate"]:
+            log_event(
+                "schedule.fire",
+                level=logging.DEBUG,
+                schedule=self.schedule,
+                result="duplicate",
+                ticks=self.counts["duplicate"],
+            )
+        if self.counts["skipped"]:
+            # Ticks dropped after downtime are worth a line; ticks passing while paused are expected.
+            log_event(
+                "schedule.fire",
+                level=logging.DEBUG if self.paused else logging.INFO,
+                schedule=self.schedule,
+                result="skipped",
+                ticks=self.counts["skipped"],
+            )
 
 
 def _iso(ms: int) -> str:

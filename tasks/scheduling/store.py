@@ -6,6 +6,9 @@ Tables (created by the Alembic revision ``0003_schedules``; :data:`metadata` mir
   fire (when the schedule first became known, or was last resumed): a scheduler that starts never
   fires a tick merely because it started. ``last_fire_ms`` is the nominal time of the latest
   *scheduled* fire and only ever grows: it is the fence every fire passes (``schedule_claim_tick``).
+  ``next_fire_ms`` is the tick the schedulers will handle next, written by every scheduler wake that
+  handled a tick (``schedule_plan_next``): it lies in the past once no scheduler handled the tick
+  that came due (what ``TenureScheduleOverdue`` watches).
 - ``schedule_fires``: one row per fire, ``PRIMARY KEY (schedule, fire_time)``; ``fire_time`` is the
   nominal tick (UTC epoch ms, before jitter). Manual "run now" fires use the request instant,
   nudged off whole seconds so it can never take a tick's key.
@@ -185,12 +188,28 @@ def schedule_set_paused(conn: Connection, name: str, paused: bool, now_ms: int, 
     return conn.execute(text(sql), {"name": name, "now": now_ms, "by": by}).rowcount == 1
 
 
-def schedule_set_view(conn: Connection, name: str, spec: str, next_fire_ms: int | None, now_ms: int) -> None:
-    """Record what the declaration says (for the UI and metrics): its text and next tick."""
+def schedule_set_spec(conn: Connection, name: str, spec: str, now_ms: int) -> None:
+    """Record the declaration's text (for the UI)."""
     conn.execute(
-        text("UPDATE schedules SET spec = :spec, next_fire_ms = :next, updated_at = :now WHERE name = :name"),
-        {"name": name, "spec": spec, "next": next_fire_ms, "now": now_ms},
+        text("UPDATE schedules SET spec = :spec, updated_at = :now WHERE name = :name"),
+        {"name": name, "spec": spec, "now": now_ms},
     )
+
+
+def schedule_plan_next(conn: Connection, name: str, next_fire_ms: int, now_ms: int) -> bool:
+    """Record the tick a scheduler will handle next.
+
+    Returns:
+      Whether the row changed (False when another scheduler already planned that tick).
+    """
+    result = conn.execute(
+        text(
+            "UPDATE schedules SET next_fire_ms = :next, updated_at = :now "
+            "WHERE name = :name AND (next_fire_ms IS NULL OR next_fire_ms <> :next)"
+        ),
+        {"name": name, "next": next_fire_ms, "now": now_ms},
+    )
+    return result.rowcount == 1
 
 
 def fire_insert(conn: Connection, fire: FireRecord) -> bool:

@@ -17,6 +17,7 @@ MONITORING = Path(__file__).resolve().parents[3] / "monitoring"
 DASHBOARD = MONITORING / "grafana" / "tenure.json"
 ALERTS = MONITORING / "prometheus" / "alerts.yml"
 PROMETHEUS_YML = MONITORING / "prometheus" / "prometheus.yml"
+ALERT_UNIT_TESTS = Path(__file__).with_name("alerts_test.yml")
 METRIC_NAME = re.compile(r"\btenure_[a-z0-9_]+\b")
 
 
@@ -46,6 +47,24 @@ def test_promtool_accepts_the_alert_rules() -> None:
     result = subprocess.run([promtool(), "check", "rules", str(ALERTS)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"SUCCESS: {len(alert_rules())} rules found" in result.stdout
+
+
+def test_promtool_unit_tests_cover_every_alert_rule_and_pass() -> None:
+    # alerts_test.yml: synthetic series for the rule logic (the real processes: tests/acceptance/monitoring)
+    unit = yaml.safe_load(ALERT_UNIT_TESTS.read_text(encoding="utf-8"))
+    cases = [case for test in unit["tests"] for case in test["alert_rule_test"]]
+    for rule in alert_rules():
+        mine = [case for case in cases if case["alertname"] == rule["alert"]]
+        assert any(case["exp_alerts"] for case in mine), f"{rule['alert']}: no case where it fires"
+        assert any(not case["exp_alerts"] for case in mine), f"{rule['alert']}: no case where it stays quiet"
+    result = subprocess.run(
+        [promtool(), "test", "rules", ALERT_UNIT_TESTS.name],
+        cwd=ALERT_UNIT_TESTS.parent,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0 and "SUCCESS" in result.stdout, result.stdout + result.stderr
 
 
 def test_promtool_accepts_the_sample_config() -> None:

@@ -105,3 +105,20 @@ def test_events_feed_metrics(lifecycle: io.StringIO) -> None:
 def test_record_schedule_fire_refuses_unknown_results() -> None:
     with pytest.raises(ValueError):
         m.record_schedule_fire("nightly", "maybe")
+
+
+def test_log_event_counts_without_a_handler_and_once_with_one(lifecycle: io.StringIO) -> None:
+    # A periodiq process never boots MetricsMiddleware: log_event must count by itself
+    logger = logging.getLogger(LIFECYCLE_LOGGER)
+    handlers, logger.handlers[:] = list(logger.handlers), []
+    try:
+        log_event("schedule.fire", level=logging.DEBUG, schedule="lonely-test", result="fired", tick="t")
+    finally:
+        logger.handlers[:] = handlers
+    assert value("tenure_schedule_fires_total", schedule="lonely-test", result="fired") == 1
+    # With the metrics handler installed (the lifecycle fixture), the record is not counted again
+    log_event("schedule.fire", schedule="lonely-test", result="skipped", ticks=3)
+    assert value("tenure_schedule_fires_total", schedule="lonely-test", result="skipped") == 3
+    assert "event=schedule.fire schedule=lonely-test result=skipped ticks=3" in lifecycle.getvalue()
+    log_event("schedule.fire", schedule="lonely-test", result="skipped", ticks=True)  # not a count: ignored
+    assert value("tenure_schedule_fires_total", schedule="lonely-test", result="skipped") == 3
