@@ -370,7 +370,7 @@ def dep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     upgrade(database_url)
     backdate_resync_history(database_url)
     broker = SQLiteBroker(database_url, middleware=[])
-    for queue in ("default", "asr"):
+    for queue in ("default", "asr", "maintenance"):
         broker.declare_queue(queue)
 
     rules = tmp / "alerts.yml"
@@ -444,14 +444,15 @@ def healthy_deployment_fires_no_rule(dep: Deployment) -> None:
         lambda: (dep.value('sum(increase(tenure_schedule_fires_total{result="fired"}[5m]))') or 0) > 0,
     )
     dep.wait_inactive("TenureNoSchedulerFire", "TenureScheduleOverdue")
-    # And with some traffic (plain actor messages and a webhook job, delivered at once)
+    # And with some traffic (webhook jobs, delivered at once)
     dep.receiver.release.set()
     for n in range(20):
-        dep.enqueue("default", "hello", n)
-    status, job = dep.api(
-        "POST", "/api/v1/jobs", {"kind": "notify_webhook", "payload": {"channel": "hook", "event_type": "ping"}}
-    )
-    assert status == 201, job
+        status, job = dep.api(
+            "POST",
+            "/api/v1/jobs",
+            {"kind": "notify_webhook", "payload": {"channel": "hook", "event_type": "ping", "data": {"n": n}}},
+        )
+        assert status == 201, job
     # …and a job that fails on bad input (no such channel): a job outcome, not a failed delivery
     status, bad = dep.api(
         "POST", "/api/v1/jobs", {"kind": "notify_webhook", "payload": {"channel": "nope", "event_type": "ping"}}
@@ -467,9 +468,9 @@ def healthy_deployment_fires_no_rule(dep: Deployment) -> None:
         evaluations.add(dep.last_evaluation())
         time.sleep(0.25)
     assert len(evaluations) >= HEALTHY_WATCH_S - 2, "Prometheus kept evaluating the rules"
-    assert dep.value('sum(tenure_messages_processed_total{actor="hello",outcome="ok"})') == 20
+    assert dep.value('sum(tenure_jobs_finished_total{kind="notify_webhook",outcome="succeeded"})') == 20
     assert dep.value('sum(tenure_jobs_finished_total{kind="notify_webhook",outcome="failed"})') == 1
-    assert dep.value('sum(tenure_messages_processed_total{actor="notify_webhook",outcome="ok"})') == 2
+    assert dep.value('sum(tenure_messages_processed_total{actor="notify_webhook",outcome="ok"})') == 21
 
 
 def dead_letters_fire_dead_letters_growing_and_failure_rate(dep: Deployment) -> None:
@@ -490,17 +491,17 @@ def dead_letters_fire_dead_letters_growing_and_failure_rate(dep: Deployment) -> 
 
 def paused_queue_backlog_fires_queue_lag(dep: Deployment) -> None:
     assert "TenureQueueLagHigh" not in dep.firing()
-    # Given an operator paused "default", and messages that fell due 6 minutes ago wait there
-    status, body = dep.api("POST", "/api/v1/queues/default/pause")
+    # Given an operator paused "maintenance", and resync messages that fell due 6 minutes ago wait there
+    status, body = dep.api("POST", "/api/v1/queues/maintenance/pause")
     assert status == 200 and body["paused"], body
     six_minutes_ago = time.time_ns() // 1_000_000 - 360_000
-    for n in range(3):
-        dep.enqueue("default", "hello", n, eta_ms=six_minutes_ago)
+    for _ in range(3):
+        dep.enqueue("maintenance", "resync", eta_ms=six_minutes_ago)
     # Then
     dep.wait_firing("TenureQueueLagHigh")
     assert "TenureQueueWithoutConsumers" not in dep.firing()  # the workers still consume it
     # And once resumed, the workers drain it and the alert ends
-    status, body = dep.api("POST", "/api/v1/queues/default/resume")
+    status, body = dep.api("POST", "/api/v1/queues/maintenance/resume")
     assert status == 200 and not body["paused"], body
     dep.wait_inactive("TenureQueueLagHigh")
 
