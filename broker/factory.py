@@ -1,4 +1,5 @@
-"""Choose a Dramatiq broker from a URL: the SQLite default, or Dramatiq's own Redis/RabbitMQ brokers."""
+"""Choose a Dramatiq broker from a URL: the SQLite default, Redis (Dramatiq's broker plus a heartbeat
+thread, :mod:`broker.redis_heartbeat`) or Dramatiq's RabbitMQ broker."""
 
 from __future__ import annotations
 
@@ -11,8 +12,11 @@ from dramatiq.middleware import Middleware
 def make_broker(url: str, middleware: list[Middleware] | None = None, **options: Any) -> Broker:
     """Build the broker for *url*.
 
-    ``sqlite:///path`` → :class:`broker.SQLiteBroker`; ``redis://…`` → Dramatiq's ``RedisBroker``;
-    ``amqp://…`` → Dramatiq's ``RabbitmqBroker``. Extra keyword options go to the broker class.
+    ``sqlite:///path`` → :class:`broker.SQLiteBroker`; ``redis://…`` →
+    :class:`broker.redis_heartbeat.HeartbeatRedisBroker` (a dead consumer's messages are back within
+    ``heartbeat_timeout``, default 5 s, plus a second); ``amqp://…`` → Dramatiq's ``RabbitmqBroker``
+    (RabbitMQ requeues a consumer's unacked messages as soon as its connection closes, which a killed
+    process's does at once). Extra keyword options go to the broker class.
 
     Raises:
       ValueError: For an unknown scheme.
@@ -23,9 +27,9 @@ def make_broker(url: str, middleware: list[Middleware] | None = None, **options:
 
         return SQLiteBroker(url, middleware, **options)
     if scheme in ("redis", "rediss"):
-        from dramatiq.brokers.redis import RedisBroker
+        from .redis_heartbeat import HeartbeatRedisBroker
 
-        return RedisBroker(url=url, middleware=middleware, **options)
+        return HeartbeatRedisBroker(url=url, middleware=middleware, **options)
     if scheme in ("amqp", "amqps"):
         from dramatiq.brokers.rabbitmq import RabbitmqBroker
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -15,7 +16,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from sqlalchemy import Engine, text
+from sqlalchemy.orm import Session
 
+import jobs
 from jobs import schema
 from jobs.db import make_engine
 from tests.integration.jobs.support import REDIS_URL, postgres_database
@@ -35,28 +38,45 @@ class Deployment:
     engine: Engine
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     counter: int = 0
+    #: ``pid → log file`` of every process started.
+    log_paths: dict[int, Path] = field(default_factory=dict)
+    #: ``pid → worker processes`` of every worker group started.
+    worker_processes: dict[int, int] = field(default_factory=dict)
 
-    def _log(self, name: str) -> Any:
+    def _log(self, name: str) -> Path:
         self.counter += 1
-        return open(self.tmp_path / f"{self.counter:03d}-{name}.log", "wb")
+        return self.tmp_path / f"{self.counter:03d}-{name}.log"
 
-    def start_worker(self, *, threads: int = 4) -> subprocess.Popen[bytes]:
+    def start_worker(self, *, threads: int = 4, processes: int = 1) -> subprocess.Popen[bytes]:
         """``python -m dramatiq`` in its own process group (so SIGKILL reaches its worker processes)."""
-        cmd = [sys.executable, "-m", "dramatiq", APP, "--processes", "1", "--threads", str(threads)]
-        return self._start(cmd, "worker")
+        cmd = [sys.executable, "-m", "dramatiq", APP, "--processes", str(processes), "--threads", str(threads)]
+        proc = self._start(cmd, "worker")
+        self.worker_processes[proc.pid] = processes
+        return proc
 
     def start_relay(self) -> subprocess.Popen[bytes] | None:
         if self.backend == "sqlite":
             return None
         return self._start([sys.executable, "-m", "tenure_cli", "relay", "--app", APP], "relay")
 
-    def _start(self, cmd: list[str], name: str) -> subprocess.Popen[bytes]:
-        log = self._log(name)
-        proc = subprocess.Popen(
-            cmd, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    def wait_ready(self, worker: subprocess.Popen[bytes], timeout_s: float = 60) -> None:
+        """Wait until every worker process of *worker* logged that it consumes (Dramatiq's "ready for action")."""
+        log, processes = self.log_paths[worker.pid], self.worker_processes[worker.pid]
+        wait_for(
+            "worker ready",
+            lambda: log.read_bytes().count(b"Worker process is ready for action.") >= processes,
+            timeout_s,
+            self,
         )
-        log.close()
+
+    def _start(self, cmd: list[str], name: str) -> subprocess.Popen[bytes]:
+        path = self._log(name)
+        with open(path, "wb") as log:
+            proc = subprocess.Popen(
+                cmd, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
         self.procs.append(proc)
+        self.log_paths[proc.pid] = path
         return proc
 
     def kill(self, proc: subprocess.Popen[bytes]) -> None:
@@ -145,6 +165,46 @@ def deployment(backend: str, tmp_path: Path, **env: str) -> Iterator[Deployment]
                 _flush_redis(process_env["TENURE_TEST_REDIS_NAMESPACE"])
 
 
+@contextmanager
+def redis_server(tmp_path: Path) -> Iterator[str]:
+    """A private ``redis-server`` on a random loopback port; yields its URL (Dramatiq's default namespace is ours)."""
+    for _ in range(20):
+        port = random.randint(20000, 29999)
+        log = tmp_path / f"redis-{port}.log"
+        proc = subprocess.Popen(
+            ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--dir", str(tmp_path), "--logfile", str(log)],
+            stdout=subprocess.DEVNULL,
+        )  # fmt: skip
+        if _answers_ping(proc, port):
+            break
+        proc.kill()  # the port was taken (it exited) or it hangs: try another
+        proc.wait(10)
+    else:
+        raise AssertionError(f"redis-server did not start: {log.read_text(errors='replace')}")
+    try:
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def _answers_ping(proc: subprocess.Popen[bytes], port: int, timeout_s: float = 10) -> bool:
+    import redis
+
+    client = redis.Redis(port=port, socket_connect_timeout=0.2)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while proc.poll() is None and time.monotonic() < deadline:
+            try:
+                return bool(client.ping())
+            except redis.ConnectionError:
+                time.sleep(0.02)
+        return False
+    finally:
+        client.close()
+
+
 def _flush_redis(namespace: str) -> None:
     import redis
 
@@ -163,6 +223,38 @@ def _database(backend: str, tmp_path: Path) -> Iterator[tuple[str, str]]:
     else:
         with postgres_database() as url:
             yield url, REDIS_URL
+
+
+#: acc_chaos jobs submitted per transaction by :func:`submit_chaos`.
+CHAOS_BATCH = 500
+
+
+def submit_chaos(d: Deployment, c: Client, count: int) -> None:
+    """Create ``chaos_runs`` (one row per acc_chaos result transaction) and submit *count* acc_chaos jobs."""
+    d.execute("CREATE TABLE chaos_runs (job_id VARCHAR(32) NOT NULL, attempt INTEGER NOT NULL, n INTEGER)")
+    for start in range(0, count, CHAOS_BATCH):
+        with Session(d.engine) as session, session.begin():
+            for n in range(start, min(count, start + CHAOS_BATCH)):
+                jobs.submit(
+                    session, owner_id="chaos", kind="acc_chaos", payload={"n": n}, max_attempts=20,
+                    registry=c.registry, settings=c.settings,
+                )  # fmt: skip
+
+
+def assert_chaos_ran_once(d: Deployment, count: int) -> None:
+    """All *count* acc_chaos jobs succeeded, each result transaction and succeeded event exactly once."""
+    assert d.scalar("SELECT count(*) FROM jobs") == count
+    assert d.scalar("SELECT count(*) FROM jobs WHERE status = 'succeeded'") == count
+    assert d.scalar("SELECT count(DISTINCT job_id) FROM chaos_runs") == count
+    assert d.rows("SELECT job_id FROM chaos_runs GROUP BY job_id HAVING count(*) > 1") == []
+    assert (
+        d.rows(
+            "SELECT job_id FROM job_events WHERE type = 'status' AND data LIKE '%\"succeeded\"%' "
+            "GROUP BY job_id HAVING count(*) <> 1"
+        )
+        == []
+    )
+    assert d.scalar("SELECT count(DISTINCT n) FROM chaos_runs") == count
 
 
 @dataclass

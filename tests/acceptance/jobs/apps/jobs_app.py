@@ -2,7 +2,9 @@
 
 Everything comes from the environment (read here, in the process's composition root):
 ``TENURE_DATABASE_URL``, ``TENURE_BROKER_URL``, ``TENURE_JOB_LEASE_TTL_S``,
-``TENURE_BROKER_LEASE_TTL_S`` (SQLite broker lease) and ``TENURE_TEST_REDIS_NAMESPACE``.
+``TENURE_BROKER_LEASE_TTL_S`` (SQLite broker lease) and ``TENURE_TEST_REDIS_NAMESPACE``. With
+``TENURE_TEST_DEFAULT_BROKER`` set, a server broker is the one a deployment gets: ``make_broker(url)``
+with no options, as ``tasks/__init__.py`` builds it.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import dramatiq
 from sqlalchemy import text
 
 import jobs
-from broker import SQLiteBroker
+from broker import SQLiteBroker, make_broker
 from jobs import JobContext
 from settings.environment import Settings, set_current_settings
 from tests.fast_stop import FastStop
@@ -27,6 +29,8 @@ if settings.broker_url.startswith("sqlite"):
     broker = SQLiteBroker(
         settings.broker_url, lease_ttl_ms=int(settings.broker_lease_ttl_s * 1000), reap_interval_s=0.25
     )
+elif os.environ.get("TENURE_TEST_DEFAULT_BROKER"):
+    broker = make_broker(settings.broker_url)
 else:
     from dramatiq.brokers.redis import RedisBroker
 
