@@ -1,0 +1,79 @@
+"""Job kinds for the operator CLI's end-to-end test (``TENURE_WEB_TASKS_MODULE`` and the worker's app).
+
+``tasks`` is the composition root (settings, broker, job and schedule middleware); these kinds are
+declared on its broker. A held job runs until the test creates its release file in ``CLI_FLAG_DIR``
+(or it is cancelled), so the test decides when a running job ends.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import dramatiq
+
+import jobs
+import tasks
+from jobs import JobContext
+from tasks.scheduling import cron, schedule_job
+from tests.fast_stop import FastStop
+
+QUEUE = "cli"
+SLOW_QUEUE = "cli_slow"
+#: How often a held job looks for its release file (and checks for a cancel).
+HOLD_POLL_S = 0.05
+
+broker = tasks.broker
+broker.add_middleware(FastStop())
+
+
+def release_path(label: str) -> Path:
+    return Path(os.environ["CLI_FLAG_DIR"]) / f"release-{label}"
+
+
+@jobs.registry.kind("cli_hold", queue=QUEUE)
+def hold(ctx: JobContext, *, label: str) -> dict[str, object]:
+    """Hold until released.
+
+    Records a ``holding`` event, then waits for its release file (honouring cancel meanwhile).
+    """
+    ctx.progress(0.5, f"{label}: holding")
+    ctx.event("holding", label=label)
+    while not release_path(label).exists():
+        ctx.check_cancelled()
+        time.sleep(HOLD_POLL_S)
+    ctx.event("released", label=label)
+    ctx.progress(1.0, f"{label}: released")
+    return {"label": label}
+
+
+@jobs.registry.kind("cli_fail", queue=QUEUE, max_attempts=1)
+def fail(ctx: JobContext, *, message: str = "the disk is full") -> None:
+    """Always fail.
+
+    Fails on its single attempt with the given message.
+    """
+    raise RuntimeError(message)
+
+
+@jobs.registry.kind("cli_echo", queue=SLOW_QUEUE)
+def echo(ctx: JobContext, *, text: str) -> dict[str, object]:
+    """Echo text.
+
+    Returns the text; runs on its own queue (the test pauses it).
+    """
+    return {"echo": text}
+
+
+@dramatiq.actor(queue_name=QUEUE, max_retries=0)
+def cli_flaky(flag_path: str) -> None:
+    """A plain Dramatiq actor: dead-lettered until *flag_path* exists, then writes ``<flag>.done``."""
+    flag = Path(flag_path)
+    if not flag.exists():
+        raise RuntimeError("flag missing")
+    flag.with_suffix(".done").write_text("ok")
+
+
+#: A nightly schedule that submits an echo job (the test runs it now, pauses and resumes it).
+schedule_job("cli_echo", cron("0 3 * * *", name="cli_nightly"), payload={"text": "nightly"}, broker=broker)
