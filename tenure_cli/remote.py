@@ -190,13 +190,17 @@ class Remote:
         params = {} if cursor is None else {"cursor": str(cursor)}
         timeout = httpx.Timeout(DEFAULT_TIMEOUT_S, read=LIVE_READ_TIMEOUT_S)
         headers = {"Accept": "text/event-stream"}
+        opened = False
         try:
             with self.client.stream("GET", "/api/v1/live.sse", params=params, headers=headers, timeout=timeout) as r:
                 if not r.is_success:
                     r.read()
                     raise error_from(r)
+                opened = True
                 yield self._sse_messages(r)
         except httpx.HTTPError as exc:
+            if opened:  # cut mid-stream (a web restart, a silent network): not "cannot reach"
+                raise ApiError(f"The live feed ended: {type(exc).__name__}: {exc}") from None
             raise self._unreachable(exc) from None
 
     @staticmethod
@@ -209,4 +213,4 @@ class Remote:
                 yield json.loads("\n".join(data))
                 data = []
             # ``id:``, ``event:`` and ``retry:`` repeat what the JSON says; comments are ignored.
-        raise ApiError("The live feed ended (the server closed the connection).")
+        raise ApiError("The live feed ended: the server closed the connection.")
