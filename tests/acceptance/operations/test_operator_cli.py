@@ -10,6 +10,7 @@ fixture); every test leaves the queues and schedules running.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -22,7 +23,6 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,15 +46,11 @@ class Deployment:
     flags: Path
     tokens: dict[str, str]
     procs: Procs
+    #: The test's own API client (setup and checks; one keep-alive connection).
+    http: httpx.Client
 
     def api(self, method: str, path: str, body: Any = None, *, who: str = "admin") -> Any:
-        response = httpx.request(
-            method,
-            self.url + path,
-            json=body,
-            headers={"Authorization": f"Bearer {self.tokens[who]}"},
-            timeout=10,
-        )
+        response = self.http.request(method, path, json=body, headers={"Authorization": f"Bearer {self.tokens[who]}"})
         assert response.is_success, f"{method} {path}: {response.status_code} {response.text[:300]}"
         return response.json()
 
@@ -67,6 +63,7 @@ class Deployment:
             lambda: (job := self.api("GET", f"/api/v1/jobs/{job_id}"))["status"] in statuses and job,
             timeout_s,
             self.procs,
+            poll_s=0.05,
         )
 
     def env(self, who: str) -> dict[str, str]:
@@ -88,7 +85,7 @@ class Deployment:
         """``tenure ARGS --url … --token …`` in this process: the same code as :meth:`cli` without
         an interpreter start (a second or more each on a loaded machine), for the many variants."""
         out, err = io.StringIO(), io.StringIO()
-        with redirect_stdout(out), redirect_stderr(err):
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
                 code = tenure_main([*args, "--url", self.url, "--token", self.tokens[who]])
             except SystemExit as exc:  # argparse's usage errors
@@ -107,12 +104,19 @@ class Deployment:
     def run_json(self, *args: str, who: str = "admin") -> list[dict[str, Any]]:
         return _lines(self.run(*args, "--json", who=who))
 
-    def release(self, label: str) -> None:
-        (self.flags / f"release-{label}").touch()
+    def release(self, label: str, step: int = 0) -> None:
+        (self.flags / f"release-{label}-{step}").touch()
 
 
 def _lines(done: subprocess.CompletedProcess[str]) -> list[dict[str, Any]]:
     return [json.loads(line) for line in done.stdout.splitlines()]
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url + "/api/health/live", timeout=1).is_success
+    except httpx.HTTPError:
+        return False
 
 
 def _port() -> int:
@@ -167,17 +171,13 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
             + ["--worker-shutdown-timeout", "1000"],
             env,
         )
-        dep = Deployment(f"http://127.0.0.1:{port}", tmp, flags, tokens, procs)
+        base = f"http://127.0.0.1:{port}"
+        dep = Deployment(base, tmp, flags, tokens, procs, httpx.Client(base_url=base, timeout=10))
 
-        def web_up() -> bool:
-            try:
-                return httpx.get(dep.url + "/api/health/live", timeout=1).is_success
-            except httpx.HTTPError:
-                return False
-
-        wait_for("gunicorn to answer", web_up, 30, procs, poll_s=0.1)
+        wait_for("gunicorn to answer", lambda: _answers(dep.url), 30, procs, poll_s=0.1)
         wait_for("the worker to register", lambda: dep.api("GET", "/api/v1/workers"), 30, procs, poll_s=0.1)
         yield dep
+        dep.http.close()
         log = (tmp / "web.log").read_text()
         assert all(token not in log for token in tokens.values())
 
@@ -464,29 +464,37 @@ class _Follower:
 
 
 def test_follow_streams_live_events_until_the_job_finishes(deployment: Deployment) -> None:
-    job_id = deployment.submit("cli_hold", {"label": "follow-me"})["id"]
+    job_id = deployment.submit("cli_hold", {"label": "follow-me", "steps": 2})["id"]
     deployment.wait_job(job_id, "running")
     follower = _Follower(deployment, job_id)
     try:
         before = follower.read_until(lambda e: e["type"] == "holding")
         # Released only now: everything after this comes over the live feed.
-        deployment.release("follow-me")
+        deployment.release("follow-me", 0)
+        progress = follower.read_until(lambda e: e["type"] == "progress")
+        assert progress[-1] == {
+            "sequence": None,
+            "type": "progress",
+            "data": {"progress": 0.5, "message": "follow-me: step 1 of 2"},
+            "created_at": None,
+        }
+        deployment.release("follow-me", 1)
         after = follower.read_until(lambda e: e["type"] == "status" and e["data"]["status"] == "succeeded")
         assert follower.proc.wait(10) == 0
         assert follower.rest() == "" and follower.stderr() == ""
     finally:
         follower.kill()
-    events = [e for e in before + after if e["sequence"] is not None]
+    events = [e for e in before + progress + after if e["sequence"] is not None]
     assert [e["sequence"] for e in events] == list(range(1, len(events) + 1))  # each once, in order
     assert "released" in [e["type"] for e in after]
-    assert events == deployment.cli_json("jobs", "events", job_id)
+    assert events == deployment.run_json("jobs", "events", job_id)
     # A finished job: its events, then exit 0 at once.
     table = deployment.run("jobs", "events", job_id, "--follow", who="ursula").stdout.splitlines()
     assert table[0].split() == ["SEQ", "TIME", "TYPE", "DATA"] and len(table) == len(events) + 1
 
 
 def test_follow_stops_on_ctrl_c_with_130(deployment: Deployment) -> None:
-    job_id = deployment.submit("cli_hold", {"label": "never"})["id"]
+    job_id = deployment.submit("cli_hold", {"label": "interrupt-me"})["id"]
     deployment.wait_job(job_id, "running")
     follower = _Follower(deployment, job_id)
     try:
@@ -496,5 +504,45 @@ def test_follow_stops_on_ctrl_c_with_130(deployment: Deployment) -> None:
         assert follower.stderr() == ""
     finally:
         follower.kill()
-        deployment.release("never")
+        deployment.release("interrupt-me")
     deployment.wait_job(job_id, "succeeded")
+
+
+def test_follow_exits_1_when_the_web_process_goes_away(deployment: Deployment) -> None:
+    job_id = deployment.submit("cli_hold", {"label": "outlive"})["id"]
+    deployment.wait_job(job_id, "running")
+    follower = _Follower(deployment, job_id)
+    master = deployment.procs.started[0]
+    try:
+        follower.read_until(lambda e: e["type"] == "holding")
+        (web_worker,) = Path(f"/proc/{master.pid}/task/{master.pid}/children").read_text().split()
+        os.kill(int(web_worker), signal.SIGKILL)  # gunicorn's master starts another one
+        assert follower.proc.wait(10) == 1
+        assert follower.stderr().startswith("tenure: The live feed ended: ")
+    finally:
+        follower.kill()
+        deployment.release("outlive")
+    wait_for("a new web worker", lambda: _answers(deployment.url), 30, deployment.procs, poll_s=0.1)
+    deployment.wait_job(job_id, "succeeded")
+
+
+def test_a_follow_beyond_the_users_live_connections_is_refused_with_exit_1(deployment: Deployment) -> None:
+    from websockets.sync.client import connect
+
+    # bob's slots are taken by WebSocket feeds: those hold a slot while open (an SSE feed releases
+    # its slot when the view returns, so SSE feeds cannot be used to fill them).
+    url = deployment.url.replace("http://", "ws://") + "/api/v1/live"
+    with contextlib.ExitStack() as feeds:
+        for _ in range(4):  # LIVE_MAX_PER_IDENTITY
+            ws = feeds.enter_context(
+                connect(url, additional_headers={"Authorization": f"Bearer {deployment.tokens['bob']}"})
+            )
+            assert json.loads(ws.recv(timeout=10))["type"] == "hello"
+        # Refused before the job is read: the API's 429, not the 404 this id would get.
+        refused = deployment.run("jobs", "events", "0" * 32, "--follow", who="bob", expect=1)
+    assert refused.stderr == "tenure: Too many live connections.\n"
+
+
+def test_a_wrong_token_is_refused_with_exit_1(capsys: pytest.CaptureFixture[str], deployment: Deployment) -> None:
+    assert tenure_main(["workers", "list", "--url", deployment.url, "--token", "tnr_not-a-token"]) == 1
+    assert capsys.readouterr().err == "tenure: Invalid credentials.\n"

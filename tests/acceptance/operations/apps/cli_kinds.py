@@ -1,8 +1,8 @@
 """Job kinds for the operator CLI's end-to-end test (``TENURE_WEB_TASKS_MODULE`` and the worker's app).
 
 ``tasks`` is the composition root (settings, broker, job and schedule middleware); these kinds are
-declared on its broker. A held job runs until the test creates its release file in ``CLI_FLAG_DIR``
-(or it is cancelled), so the test decides when a running job ends.
+declared on its broker. A held job runs until the test creates its release files in ``CLI_FLAG_DIR``
+(or it is cancelled), so the test decides when a running job moves on and ends.
 """
 
 from __future__ import annotations
@@ -28,23 +28,24 @@ broker = tasks.broker
 broker.add_middleware(FastStop())
 
 
-def release_path(label: str) -> Path:
-    return Path(os.environ["CLI_FLAG_DIR"]) / f"release-{label}"
+def release_path(label: str, step: int) -> Path:
+    return Path(os.environ["CLI_FLAG_DIR"]) / f"release-{label}-{step}"
 
 
 @jobs.registry.kind("cli_hold", queue=QUEUE)
-def hold(ctx: JobContext, *, label: str) -> dict[str, object]:
+def hold(ctx: JobContext, *, label: str, steps: int = 1) -> dict[str, object]:
     """Hold until released.
 
-    Records a ``holding`` event, then waits for its release file (honouring cancel meanwhile).
+    Records a ``holding`` event, then waits for the release file of each step (honouring cancel
+    meanwhile) and reports the progress of each step released.
     """
-    ctx.progress(0.5, f"{label}: holding")
     ctx.event("holding", label=label)
-    while not release_path(label).exists():
-        ctx.check_cancelled()
-        time.sleep(HOLD_POLL_S)
+    for step in range(steps):
+        while not release_path(label, step).exists():
+            ctx.check_cancelled()
+            time.sleep(HOLD_POLL_S)
+        ctx.progress((step + 1) / steps, f"{label}: step {step + 1} of {steps}")
     ctx.event("released", label=label)
-    ctx.progress(1.0, f"{label}: released")
     return {"label": label}
 
 
