@@ -452,6 +452,12 @@ class SQLiteBroker(Broker):
             self.wake([canonical])
         return n
 
+    def delete_dead(self, queue_name: str, ids: Sequence[int] | None = None) -> int:
+        """Delete dead letters of *queue_name* (all, or the given row ids) for good; the number deleted."""
+        self._ready()
+        with self.store.write() as conn:
+            return self.store.dead_delete(conn, q_name(queue_name), ids)
+
     def purge_dead(self, older_than_ms: int | None = None) -> int:
         """Delete dead letters older than ``older_than_ms`` (default: the dead-letter TTL)."""
         self._ready()

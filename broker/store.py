@@ -389,6 +389,13 @@ class MessageStore:
         return [DeadLetter(*r) for r in rows]
 
     @staticmethod
+    def dead_delete(conn: sqlite3.Connection, queue: str, ids: Sequence[int] | None) -> int:
+        sql = "DELETE FROM broker_messages WHERE state = 2 AND queue = ?"
+        if ids is None:
+            return conn.execute(sql, (queue,)).rowcount
+        return sum(conn.execute(sql + " AND id = ?", (queue, i)).rowcount for i in ids)
+
+    @staticmethod
     def dead_replay(conn: sqlite3.Connection, queue: str, ids: Sequence[int] | None, now: int) -> int:
         sql = (
             "UPDATE broker_messages SET state = 0, eta = ?, deliveries = 0, dead_at = NULL, dead_reason = NULL "

@@ -1,7 +1,9 @@
 """The ``tenure`` command line: ``tenure worker``, ``tenure db upgrade`` and friends.
 
 Each command group lives in its own module: :mod:`tenure_cli.worker` (worker processes),
-:mod:`tenure_cli.admin` (database, accounts, relay, demo data).
+:mod:`tenure_cli.admin` (database, accounts, relay, demo data), :mod:`tenure_cli.operator`
+(``jobs``, ``queues``, ``dead-letters``, ``schedules``, ``workers``: the HTTP API, from any machine;
+they never import the server side).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import argparse
 import logging
 import sys
 
-from . import admin
+from . import admin, operator
 from .worker import EXIT_WORK_LEFT_TO_LEASES
 
 
@@ -36,7 +38,10 @@ def main(argv: list[str] | None = None) -> int:
     relay.add_argument("--app", help="the app composing the broker, as Dramatiq's broker argument (e.g. tasks:compose)")
     admin.add_users_parser(sub)
     admin.add_demo_parser(sub)
+    operator.add_parsers(sub)
     args = parser.parse_args(argv)
+    if args.command in operator.GROUPS:
+        return operator.run(args)
     if args.command == "demo":
         return admin.demo_command(args)
 

@@ -200,6 +200,13 @@ class JobLayerGateway:
             raise Conflict("This job's retry key was used by another request of yours; submit it anew.") from None
         return self._view(record), bool(record.created)
 
+    def run_now(self, scope: str | None, job_id: str, *, by: str) -> JobView:
+        """Start a queued job now instead of after its delay or retry backoff; Conflict when it is not waiting."""
+        self.get(scope, job_id)  # 404 for missing/foreign jobs first
+        if not joblayer.run_now(self.engine, [job_id], by=by, registry=self.registry, broker=self.broker):
+            raise Conflict("The job is not waiting: only a queued job with a delay or a retry backoff can run now.")
+        return self.get(scope, job_id)
+
     # -- lists ---------------------------------------------------------------------------------
     def list_jobs(self, scope: str | None, query: JobQuery, *, cursor: str | None, limit: int) -> Page:
         """A full page of matching jobs (short only when it is the last), newest first."""

@@ -332,6 +332,20 @@ def test_replay_dead_moves_chosen_dead_letters_back_to_ready(sqlite_broker: SQLi
     assert sqlite_broker.dead_letters_list(QUEUE) == []
 
 
+def test_delete_dead_deletes_chosen_dead_letters_of_the_queue_only(sqlite_broker: SQLiteBroker) -> None:
+    _nack_all(sqlite_broker, 3)
+    first, *rest = sqlite_broker.dead_letters_list(QUEUE)
+    live = sqlite_broker.enqueue(msg(99))
+
+    assert sqlite_broker.delete_dead("other", ids=[first.id]) == 0  # ids of another queue are left alone
+    assert sqlite_broker.delete_dead(QUEUE, ids=[first.id, first.id]) == 1
+    assert [d.id for d in sqlite_broker.dead_letters_list(QUEUE)] == [d.id for d in rest]
+    assert sqlite_broker.delete_dead(QUEUE) == 2
+    assert sqlite_broker.dead_letters_list(QUEUE) == []
+    consumer = sqlite_broker.consume(QUEUE, prefetch=1, timeout=100)
+    assert next_message(consumer).message_id == live.message_id  # a live message is never a dead letter
+
+
 def test_purge_dead_deletes_only_dead_letters_older_than_the_ttl(
     sqlite_broker: SQLiteBroker, sqlite_path: Path
 ) -> None:

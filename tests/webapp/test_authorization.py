@@ -100,6 +100,8 @@ OPS_API = [
     ("POST", "/api/v1/queues/default/resume"),
     ("GET", "/api/v1/dead"),
     ("POST", "/api/v1/dead/replay"),
+    ("POST", "/api/v1/dead/purge"),
+    ("POST", "/api/v1/jobs/x/run-now"),
     ("GET", "/api/v1/workers"),
     ("GET", "/api/v1/schedules"),
     ("POST", "/api/v1/schedules/x/run"),

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import marshmallow as ma
 from flask.views import MethodView
+from marshmallow import fields, validate
 
 from .. import operations
 from ..auth import api_guard, require_admin
+from ..errors import JobNotFoundError, NotFound, Unavailable
 from ..services import services
 from .blueprint import Blueprint
 from .schemas import (
@@ -17,14 +20,29 @@ from .schemas import (
     DeadLetterSchema,
     DeadQuerySchema,
     FireSchema,
+    JobSchema,
     PausedSchema,
     QueueSchema,
     ReplayResultSchema,
     ReplaySchema,
     SchedulePausedSchema,
     ScheduleSchema,
+    WholeNumber,
     WorkerSchema,
 )
+
+
+class PurgeSchema(ReplaySchema):
+    ids = fields.List(
+        WholeNumber(validate=validate.Range(min=1, max=2**62)),
+        validate=validate.Length(max=1000),
+        metadata={"description": "dead-letter ids; omit to purge the whole queue"},
+    )
+
+
+class PurgeResultSchema(ma.Schema):
+    purged = fields.Integer(required=True)
+
 
 blp = Blueprint("ops_api", __name__, url_prefix="/api/v1", description="Operations (admin role)")
 
@@ -36,8 +54,6 @@ def _admins_only() -> None:
 
 
 def _queue_name(name: str) -> str:
-    from ..errors import NotFound
-
     if not name or len(name) > ID_MAX:
         raise NotFound(f"No queue named {name[:ID_MAX]!r}.")
     return name
@@ -85,6 +101,34 @@ class DeadReplay(MethodView):
     def post(self, args):
         """Move dead letters (all of a queue, or the given ids) back to ready."""
         return {"replayed": operations.replay(services().broker, args["queue"], args.get("ids"))}
+
+
+@blp.route("/dead/purge")
+class DeadPurge(MethodView):
+    @blp.arguments(PurgeSchema)
+    @blp.response(200, PurgeResultSchema)
+    def post(self, args):
+        """Delete dead letters (all of a queue, or the given ids) for good."""
+        broker = services().broker
+        queue = args["queue"]
+        if queue not in operations.known_queues(broker):
+            raise NotFound(f"No queue named {queue!r}.")
+        delete = getattr(broker, "delete_dead", None)
+        if delete is None:
+            raise Unavailable(f"The {type(broker).__name__} has no delete dead operation.")
+        return {"purged": int(delete(queue, args.get("ids")))}
+
+
+@blp.route("/jobs/<job_id>/run-now")
+class JobRunNow(MethodView):
+    @blp.response(200, JobSchema)
+    @blp.alt_response(409, schema=None, description="the job is not queued with a wait (a delay or a retry's backoff)")
+    def post(self, job_id: str):
+        """Start a queued job now instead of after its delay or retry backoff."""
+        identity = require_admin()
+        if not job_id or len(job_id) > ID_MAX:
+            raise JobNotFoundError()
+        return services().jobs.run_now(None, job_id, by=identity.user.owner_id)
 
 
 @blp.route("/workers")
