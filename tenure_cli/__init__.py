@@ -17,9 +17,10 @@ from .worker import EXIT_WORK_LEFT_TO_LEASES
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["worker"]:
+        from .supervisor import exit_now
         from .worker import worker_command
 
-        return worker_command(argv[1:])
+        exit_now(worker_command(argv[1:]))
     parser = argparse.ArgumentParser(prog="tenure", description="Tenure: durable jobs on Dramatiq.")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser(
