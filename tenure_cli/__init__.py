@@ -1,31 +1,44 @@
 """The ``tenure`` command line: ``tenure worker``, ``tenure db upgrade`` and friends.
 
 Each command group lives in its own module: :mod:`tenure_cli.worker` (worker processes),
-:mod:`tenure_cli.admin` (database, accounts, relay, demo data).
+:mod:`tenure_cli.scheduler` and :mod:`tenure_cli.relay` (the scheduler and the outbox relay), all
+three supervised by :mod:`tenure_cli.supervisor`; :mod:`tenure_cli.admin` (accounts, demo data).
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 
 from . import admin
+from .relay import add_relay_parser
 from .worker import EXIT_WORK_LEFT_TO_LEASES
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    # The supervised commands end with exit_now: their children are gone by then, and finalizing the
+    # modules they loaded would take seconds out of a process manager's kill timeout.
     if argv[:1] == ["worker"]:
         from .supervisor import exit_now
         from .worker import worker_command
 
         exit_now(worker_command(argv[1:]))
+    if argv[:1] == ["scheduler"]:
+        from .scheduler import scheduler_command
+        from .supervisor import exit_now
+
+        exit_now(scheduler_command(argv[1:]))
     parser = argparse.ArgumentParser(prog="tenure", description="Tenure: durable jobs on Dramatiq.")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser(
         "worker",
-        help="`dramatiq` with an exit code that tells whether work was left to its leases (see tenure worker -h)",
+        help="Dramatiq worker processes, replaced when one dies; exit code 75 when work was left to its leases "
+        "(see tenure worker -h)",
+    )
+    sub.add_parser(
+        "scheduler",
+        help="periodiq's scheduler in a child process that is replaced if it dies (see tenure scheduler -h)",
     )
     db = sub.add_parser("db", help="database schema")
     db_sub = db.add_subparsers(dest="db_command", required=True)
@@ -33,8 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     upgrade.add_argument("--url", help="database URL (default: TENURE_DATABASE_URL)")
     check = db_sub.add_parser("check", help="exit 1 unless the database is at the newest schema")
     check.add_argument("--url", help="database URL (default: TENURE_DATABASE_URL)")
-    relay = sub.add_parser("relay", help="publish the outbox to the broker (needed when it is not SQLite)")
-    relay.add_argument("--app", help="module declaring the job kinds and the broker (e.g. tasks)")
+    add_relay_parser(sub)
     admin.add_users_parser(sub)
     admin.add_demo_parser(sub)
     args = parser.parse_args(argv)
@@ -72,22 +84,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "users":
         return admin.users_command(args, settings.database_url)
     if args.command == "relay":
-        import importlib
+        from .relay import relay_command
+        from .supervisor import exit_now
 
-        from jobs.outbox import relay_forever
-
-        # Its start line and errors on stderr, as the other Procfile processes log theirs.
-        logging.basicConfig(
-            level=logging.INFO, format="[%(asctime)s] [PID %(process)d] [%(name)s] [%(levelname)s] %(message)s"
-        )
-        if args.app:
-            importlib.import_module(args.app)
-        try:
-            relay_forever(settings)
-        except SchemaMismatch as e:
-            print(f"tenure: {e}", file=sys.stderr)
-            return 1
-        return 0
+        exit_now(relay_command(args, settings))
     return 2
 
 

@@ -558,3 +558,24 @@ def exit_now(code: int) -> NoReturn:
         except (OSError, ValueError):
             pass
     os._exit(code)
+
+
+def unblock_in_child() -> None:
+    """In a child without stop handlers of its own: Ctrl-C reaches it through the supervisor (as
+    SIGTERM), whose default action ends it; then let the stop signals in."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+
+
+def supervise_one(ns: argparse.Namespace, main: Callable[[], object]) -> int:
+    """Run *main* in one supervised child (options of :func:`add_supervision_arguments`); the exit code.
+
+    For loops that need no drain (the scheduler, the relay): SIGTERM ends the child at once.
+    """
+    from .slot_report import from_env
+
+    log_to(sys.stderr, logging.INFO)
+    supervisor = Supervisor(
+        ns.role, 1, lambda index: ChildSpec(main=main), restart_policy(ns), lambda: from_env(ns.role)
+    )
+    return supervisor.run().exit_code
