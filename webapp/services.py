@@ -64,6 +64,17 @@ class Services:
 
         return degraded_output_roots(self.engine)
 
+    def worker_slots(self) -> list[Any] | None:
+        """The slots of every live supervisor (``monitoring.store.worker_slots_live``), by role and host.
+
+        None without a migrated job database (tests without migrations): the table may not exist.
+        """
+        if self.migrations_dir is None:
+            return None
+        from monitoring.store import worker_slots_live
+
+        return worker_slots_live(self.engine, int(time.time() * 1000))
+
     def _database_at_head(self) -> str:
         if self.migrations_dir is None:  # tests without migrations: reachability only
             with self.engine.connect() as conn:

@@ -103,6 +103,7 @@ OPS_API = [
     ("GET", "/api/v1/dead"),
     ("POST", "/api/v1/dead/replay"),
     ("GET", "/api/v1/workers"),
+    ("GET", "/api/v1/workers/slots"),
     ("GET", "/api/v1/schedules"),
     ("POST", "/api/v1/schedules/x/run"),
     ("POST", "/api/v1/schedules/x/pause"),
