@@ -12,6 +12,7 @@ import os
 import re
 import signal
 import sqlite3
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -355,3 +356,31 @@ def test_the_relay_replaces_its_sigkilled_loop_and_publishes_what_comes_next(rig
 
     rig.procs.signal(sup, signal.SIGTERM, group=True)
     assert sup.popen.wait(30) == 0, sup.output()
+
+
+@pytest.mark.timeout(60)
+def test_what_no_restart_mends_is_refused_at_once(rig: Rig, tmp_path: Path) -> None:
+    # The relay on a database that is not at this code's schema revision: exit 1 before any child
+    unmigrated = f"sqlite:///{tmp_path / 'unmigrated.db'}"
+    relay = subprocess.run(
+        [sys.executable, "-m", "tenure_cli", "relay"],
+        cwd=ROOT,
+        env=rig.env(TENURE_DATABASE_URL=unmigrated),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert relay.returncode == 1 and "tenure db upgrade" in relay.stderr, relay.stderr
+    assert "Supervising" not in relay.stderr
+    # Dramatiq's options tenure worker does not support: exit 2 with the reason
+    for option in (["--watch", str(tmp_path)], ["--fork-function", "x:y"], ["--use-spawn"]):
+        worker = subprocess.run(
+            [sys.executable, "-m", "tenure_cli", "worker", APP, *option],
+            cwd=ROOT,
+            env=rig.env(),
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert worker.returncode == 2, worker.stderr
+        assert f"{option[0]} is not supported by tenure worker (run `dramatiq` for it)" in worker.stderr

@@ -6,6 +6,8 @@ file; the supervisor loop itself runs in tests/acceptance/operations/test_superv
 
 from __future__ import annotations
 
+import logging
+import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -113,3 +115,30 @@ def test_no_database_file_or_an_unmigrated_one_is_never_written(tmp_path: Path) 
 def test_the_backoff_doubles_up_to_its_maximum() -> None:
     policy = RestartPolicy(max_crashes=10, window_s=60, backoff_s=0.5, backoff_max_s=30)
     assert [policy.delay_s(n) for n in range(1, 10)] == [0.5, 1, 2, 4, 8, 16, 30, 30, 30]
+
+
+def test_a_write_that_finds_the_database_locked_is_logged_once_and_done_at_the_next_beat(
+    engine: Engine, sqlite_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given a report whose first rows are written
+    slots = [Slot(0, pid=401)]
+    report = SlotReport("worker", sqlite_url)
+    report.started(slots)
+    # When another process holds SQLite's write lock for longer than the report waits (2 s) during a crash
+    # and a restart
+    locker = sqlite3.connect(sqlite_url.removeprefix("sqlite:///"), isolation_level=None)
+    locker.execute("BEGIN IMMEDIATE")
+    slots[0].restarts, slots[0].pid = 1, 402
+    with caplog.at_level(logging.INFO, logger="tenure.supervisor"):
+        report.restarted(slots[0])
+        report.crashed(slots[0])
+        locker.execute("ROLLBACK")
+        locker.close()
+        # Then nothing raised, one warning was logged, and the next beat writes the slot as it is now
+        report.beat()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "Could not write slot states to the job database (will retry)" in warnings[0]
+    assert "Slot states are written to the job database again." in caplog.text
+    [row] = store.worker_slots_live(engine, int(time.time() * 1000))
+    assert (row.pid, row.restarts) == (402, 1)
+    report.stopped()
