@@ -23,6 +23,7 @@ from monitoring import store
 from monitoring.models import metadata
 from tenure_cli.slot_report import SlotReport
 from tenure_cli.supervisor import GIVEN_UP, RESTARTING, RestartPolicy, Slot
+from tests.integration.jobs.support import postgres_database
 
 
 @pytest.fixture()
@@ -33,6 +34,27 @@ def engine(sqlite_url: str) -> Iterator[Engine]:
         yield e
     finally:
         e.dispose()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.services)])
+def database(request: pytest.FixtureRequest, sqlite_url: str) -> Iterator[tuple[Engine, str]]:
+    """A migrated job database, SQLite or PostgreSQL (the report bounds its calls differently on each)."""
+    if request.param == "sqlite":
+        url = sqlite_url
+        upgrade(url)
+        e = make_engine(url)
+        try:
+            yield e, url
+        finally:
+            e.dispose()
+        return
+    with postgres_database() as url:
+        upgrade(url)
+        e = make_engine(url)
+        try:
+            yield e, url
+        finally:
+            e.dispose()
 
 
 def test_migration_equals_the_model(engine: Engine) -> None:
@@ -48,10 +70,11 @@ def test_migration_equals_the_model(engine: Engine) -> None:
             assert str(ck.sqltext) in ddl
 
 
-def test_a_report_writes_its_slots_beats_and_removes_them_at_the_stop(engine: Engine, sqlite_url: str) -> None:
+def test_a_report_writes_its_slots_beats_and_removes_them_at_the_stop(database: tuple[Engine, str]) -> None:
+    engine, url = database
     # Given a report of two slots, one restarting after a crash
     slots = [Slot(0, pid=101), Slot(1, pid=102)]
-    report = SlotReport("worker", sqlite_url)
+    report = SlotReport("worker", url)
     report.started(slots)
     slots[1].state, slots[1].pid, slots[1].crashes, slots[1].last_exit = RESTARTING, None, 1, "killed by SIGKILL"
     slots[1].last_exit_at, slots[1].restart_at = time.time(), time.time() + 0.5
