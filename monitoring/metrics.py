@@ -119,6 +119,21 @@ JOBS_FINISHED = Counter(
     registry=REGISTRY,
 )
 
+WORKER_RESTARTS = Counter(
+    "tenure_worker_restarts",
+    "Processes a supervisor (tenure worker, tenure scheduler, tenure relay) started to replace one that "
+    "died, per role (its --role) and slot (0 … processes - 1).",
+    ("role", "slot"),
+    registry=REGISTRY,
+)
+WORKER_SLOTS_GIVEN_UP = Gauge(
+    "tenure_worker_slots_given_up",
+    "Slots a live supervisor stopped restarting after too many consecutive crashes, per role.",
+    ("role",),
+    multiprocess_mode="livesum",
+    registry=REGISTRY,
+)
+
 ROWS_PRUNED = Counter(
     "tenure_rows_pruned",
     "Rows the resync deleted once past their retention, by table: jobs (workflow steps included), "
@@ -161,6 +176,28 @@ def declare_schedule(schedule: str) -> None:
     """
     for result in SCHEDULE_RESULTS:
         SCHEDULE_FIRES.labels(schedule, result)
+
+
+def declare_worker_slots(role: str, slots: int) -> None:
+    """Expose a supervisor's series at 0 from its start (a restart then shows as an increase).
+
+    Parameters:
+      role: The supervisor's ``--role`` (validated by the CLI: a short lower-case name, so bounded).
+      slots: Its number of slots; the ``slot`` label takes the values ``0 … slots - 1``.
+    """
+    for slot in range(slots):
+        WORKER_RESTARTS.labels(role, str(slot))
+    WORKER_SLOTS_GIVEN_UP.labels(role).set(0)
+
+
+def record_worker_restart(role: str, slot: int) -> None:
+    """Count one replacement process started in *slot* by a supervisor of *role*."""
+    WORKER_RESTARTS.labels(role, str(slot)).inc()
+
+
+def record_worker_slots_given_up(role: str, count: int) -> None:
+    """How many slots this supervisor of *role* has given up on (live gauge of this process)."""
+    WORKER_SLOTS_GIVEN_UP.labels(role).set(count)
 
 
 def record_pruned(table: str, rows: int) -> None:

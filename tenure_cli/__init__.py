@@ -1,32 +1,46 @@
 """The ``tenure`` command line: ``tenure worker``, ``tenure db upgrade`` and friends.
 
 Each command group lives in its own module: :mod:`tenure_cli.worker` (worker processes),
-:mod:`tenure_cli.admin` (database, accounts, relay, demo data), :mod:`tenure_cli.operator`
-(``jobs``, ``queues``, ``dead-letters``, ``schedules``, ``workers``: the HTTP API, from any machine;
-they never import the server side).
+:mod:`tenure_cli.scheduler` and :mod:`tenure_cli.relay` (the scheduler and the outbox relay), all
+three supervised by :mod:`tenure_cli.supervisor`; :mod:`tenure_cli.admin` (accounts, demo data);
+:mod:`tenure_cli.operator` (``jobs``, ``queues``, ``dead-letters``, ``schedules``, ``workers``: the
+HTTP API, from any machine; they never import the server side).
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 
 from . import admin, operator
+from .relay import add_relay_parser
 from .worker import EXIT_WORK_LEFT_TO_LEASES
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    # The supervised commands end with exit_now: their children are gone by then, and finalizing the
+    # modules they loaded would take seconds out of a process manager's kill timeout.
     if argv[:1] == ["worker"]:
+        from .supervisor import exit_now
         from .worker import worker_command
 
-        return worker_command(argv[1:])
+        exit_now(worker_command(argv[1:]))
+    if argv[:1] == ["scheduler"]:
+        from .scheduler import scheduler_command
+        from .supervisor import exit_now
+
+        exit_now(scheduler_command(argv[1:]))
     parser = argparse.ArgumentParser(prog="tenure", description="Tenure: durable jobs on Dramatiq.")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser(
         "worker",
-        help="`dramatiq` with an exit code that tells whether work was left to its leases (see tenure worker -h)",
+        help="Dramatiq worker processes, replaced when one dies; exit code 75 when work was left to its leases "
+        "(see tenure worker -h)",
+    )
+    sub.add_parser(
+        "scheduler",
+        help="periodiq's scheduler in a child process that is replaced if it dies (see tenure scheduler -h)",
     )
     db = sub.add_parser("db", help="database schema")
     db_sub = db.add_subparsers(dest="db_command", required=True)
@@ -34,8 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     upgrade.add_argument("--url", help="database URL (default: TENURE_DATABASE_URL)")
     check = db_sub.add_parser("check", help="exit 1 unless the database is at the newest schema")
     check.add_argument("--url", help="database URL (default: TENURE_DATABASE_URL)")
-    relay = sub.add_parser("relay", help="publish the outbox to the broker (needed when it is not SQLite)")
-    relay.add_argument("--app", help="the app composing the broker, as Dramatiq's broker argument (e.g. tasks:compose)")
+    add_relay_parser(sub)
     admin.add_users_parser(sub)
     admin.add_demo_parser(sub)
     operator.add_parsers(sub)
@@ -76,22 +89,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "users":
         return admin.users_command(args, settings.database_url)
     if args.command == "relay":
-        from jobs.outbox import relay_forever
+        from .relay import relay_command
+        from .supervisor import exit_now
 
-        # Its start line and errors on stderr, as the other Procfile processes log theirs.
-        logging.basicConfig(
-            level=logging.INFO, format="[%(asctime)s] [PID %(process)d] [%(name)s] [%(levelname)s] %(message)s"
-        )
-        if args.app:
-            from dramatiq.cli import import_broker
-
-            import_broker(args.app)  # Dramatiq's own form: `module`, `module:broker` or `module:callable`
-        try:
-            relay_forever(settings)
-        except SchemaMismatch as e:
-            print(f"tenure: {e}", file=sys.stderr)
-            return 1
-        return 0
+        exit_now(relay_command(args, settings))
     return 2
 
 

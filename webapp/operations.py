@@ -1,7 +1,8 @@
 """Operators' view of the broker (queues, dead letters, workers) as plain dicts for the API and UI.
 
 Only the SQLite broker has these operations; with Redis/RabbitMQ they answer 503 "unsupported"
-(those brokers have their own consoles).
+(those brokers have their own consoles). The supervisors' slots (:func:`worker_slots`: restarts,
+slots given up) come from the job database, so they are there with every broker.
 """
 
 from __future__ import annotations
@@ -97,3 +98,25 @@ def workers(broker: Any) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def worker_slots(rows: list[Any]) -> list[dict[str, Any]]:
+    """The supervisors' slots (``Services.worker_slots``) as the API and the Workers page show them."""
+    return [
+        {
+            "role": r.role,
+            "host": r.host,
+            "supervisor_pid": r.supervisor_pid,
+            "slot": r.slot,
+            "state": r.state,
+            "pid": r.pid,
+            "restarts": r.restarts,
+            "crashes": r.crashes,
+            "last_exit": r.last_exit,
+            "last_exit_at": _ts(r.last_exit_at),
+            "restart_at": _ts(r.restart_at),
+            "started_at": _ts(r.started_at),
+            "heartbeat_at": _ts(r.heartbeat_at),
+        }
+        for r in rows
+    ]

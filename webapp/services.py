@@ -63,6 +63,12 @@ class Services:
 
         return degraded_output_roots(self.engine)
 
+    def worker_slots(self) -> list[Any]:
+        """The slots of every live supervisor (``monitoring.store.worker_slots_live``), by role and host."""
+        from monitoring.store import worker_slots_live
+
+        return worker_slots_live(self.engine, int(time.time() * 1000))
+
     def _database_at_head(self) -> str:
         from jobs.schema import check_database_at_head
 

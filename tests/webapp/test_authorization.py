@@ -103,6 +103,7 @@ OPS_API = [
     ("POST", "/api/v1/dead/purge"),
     ("POST", "/api/v1/jobs/x/run-now"),
     ("GET", "/api/v1/workers"),
+    ("GET", "/api/v1/workers/slots"),
     ("GET", "/api/v1/schedules"),
     ("POST", "/api/v1/schedules/x/run"),
     ("POST", "/api/v1/schedules/x/pause"),

@@ -29,6 +29,7 @@ from .schemas import (
     ScheduleSchema,
     WholeNumber,
     WorkerSchema,
+    WorkerSlotSchema,
 )
 
 
@@ -137,6 +138,14 @@ class Workers(MethodView):
     def get(self):
         """Live worker processes with their queues and in-flight messages."""
         return operations.workers(services().broker)
+
+
+@blp.route("/workers/slots")
+class WorkerSlots(MethodView):
+    @blp.response(200, WorkerSlotSchema(many=True))
+    def get(self):
+        """Every live supervisor's slots (any broker): restarts, crashes in a row, slots given up."""
+        return operations.worker_slots(services().worker_slots())
 
 
 @blp.route("/schedules")

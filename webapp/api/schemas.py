@@ -252,6 +252,26 @@ class WorkerSchema(ma.Schema):
     leased = fields.Integer(required=True, metadata={"description": "messages in flight"})
 
 
+class WorkerSlotSchema(ma.Schema):
+    role = fields.String(
+        required=True, metadata={"description": "the supervisor's --role (worker, asr, scheduler, relay…)"}
+    )
+    host = fields.String(required=True)
+    supervisor_pid = fields.Integer(required=True)
+    slot = fields.Integer(required=True)
+    state = fields.String(
+        required=True, metadata={"description": "running, restarting (waiting out its backoff), given_up, stopped"}
+    )
+    pid = fields.Integer(allow_none=True, metadata={"description": "the child process now running in the slot"})
+    restarts = fields.Integer(required=True, metadata={"description": "replacement processes started in the slot"})
+    crashes = fields.Integer(required=True, metadata={"description": "crashes in a row"})
+    last_exit = fields.String(allow_none=True, metadata={"description": "e.g. killed by SIGKILL, exited with code 1"})
+    last_exit_at = fields.DateTime(allow_none=True)
+    restart_at = fields.DateTime(allow_none=True)
+    started_at = fields.DateTime(required=True)
+    heartbeat_at = fields.DateTime(required=True)
+
+
 class ScheduleSchema(ma.Schema):
     name = fields.String(required=True)
     cron = fields.String(required=True)

@@ -104,7 +104,11 @@ def ops_dead_replay():
 @bp.route("/ops/workers")
 def ops_workers():
     _admin()
-    return render_template("ops_workers.html", workers=_safe(operations.workers))
+    return render_template(
+        "ops_workers.html",
+        workers=_safe(operations.workers),
+        slots=operations.worker_slots(services().worker_slots()),
+    )
 
 
 @bp.route("/ops/schedules")

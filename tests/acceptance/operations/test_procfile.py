@@ -9,15 +9,13 @@ clone so its code, not this checkout's editable install, is what runs). Only com
 
 from __future__ import annotations
 
-import base64
-import json
 import os
 import re
 import signal
-import socket
+import sqlite3
 import subprocess
 import sys
-import urllib.error
+import threading
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,7 +27,8 @@ from sqlalchemy import text
 from jobs.db import make_engine
 
 from .fleet import Fleet
-from .support import ROOT, Procs, group_alive, processes, wait_for
+from .support import ROOT, Proc, Procs, group_alive, processes, wait_for
+from .web import Http, free_port, live
 
 VENV = Path(sys.executable).parent.parent
 PROCESS_TYPES = {
@@ -38,45 +37,12 @@ PROCESS_TYPES = {
 }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("clone") / "tenure"
     subprocess.run(["git", "clone", "-q", str(ROOT), str(path)], check=True, timeout=120)
     (path / ".venv").symlink_to(VENV)
     return path
-
-
-class Http:
-    def __init__(self, port: int, user: str, password: str) -> None:
-        self.base = f"http://127.0.0.1:{port}"
-        self.auth = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
-
-    def call(self, method: str, path: str, body: dict[str, Any] | None = None, auth: bool = True) -> tuple[int, Any]:
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.base + path, data=data, method=method)
-        req.add_header("Content-Type", "application/json")
-        if auth:
-            req.add_header("Authorization", self.auth)
-        try:
-            with urllib.request.urlopen(req, timeout=10) as resp:
-                return resp.status, json.loads(resp.read() or b"null")
-        except urllib.error.HTTPError as e:
-            with e:
-                return e.code, json.loads(e.read() or b"null")
-
-
-def _live(port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/health/live", timeout=2) as resp:
-            return resp.status == 200
-    except (OSError, urllib.error.URLError):
-        return False
 
 
 @pytest.fixture(params=["sqlite", pytest.param("fleet", marks=pytest.mark.services)])
@@ -97,20 +63,8 @@ def test_make_run_serves_a_job_over_http_and_sigterm_stops_everything_cleanly(
     setup: tuple[str, dict[str, str]], clone: Path, tmp_path: Path
 ) -> None:
     name, tenure_env = setup
-    port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TENURE_", "PROMETHEUS_", "PYTHON"))}
-    env.update(tenure_env, PORT=str(port), PYTHONPATH=str(clone), PYTHONUNBUFFERED="1", TENURE_WEB_WORKERS="1")
-    env["TENURE_OUTPUT_ROOT"] = str(tmp_path / "outputs")
-    rec = tmp_path / "rec" / "4242-ops"
-    env["TENURE_IMPORT_ROOTS"] = str(rec.parent)
-    subprocess.run(
-        [str(VENV / "bin" / "tenure"), "demo", "make-recording", str(rec), "--segments", "1", "--seconds", "2"],
-        cwd=clone,
-        env=env,
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
+    port = free_port()
+    env, rec = _environment(clone, tmp_path, port, tenure_env, segments=1, seconds=2)
     database_url = tenure_env.get("TENURE_DATABASE_URL", f"sqlite:///{clone / 'var' / 'tenure.db'}")
 
     with processes(tmp_path) as procs:
@@ -118,22 +72,7 @@ def test_make_run_serves_a_job_over_http_and_sigterm_stops_everything_cleanly(
         groups: list[int] = []
         try:
             # Given make run's launcher: the URL and the admin password are printed, every process type starts
-            wait_for("the URL", lambda: f"open http://127.0.0.1:{port}/" in honcho.output(), 60, procs)
-            password = re.search(r"with password: (\S+)", honcho.output()).group(1)  # type: ignore[union-attr]
-            started = wait_for("every process type to start", lambda: _started(honcho.output(), name), 60, procs)
-            groups = list(started.values())
-            wait_for("the web process to answer", lambda: _live(port), 60, procs, poll_s=0.2)
-            # Every dramatiq process (2 worker + 1 asr) has booted: a stop that lands in the middle of a
-            # slow start-up (the ASR stack imports for seconds on a loaded machine) is a different case,
-            # covered by test_stop.py, and may legitimately outlast honcho's fixed 5 s before SIGKILL.
-            wait_for(
-                "every worker process to be ready",
-                lambda: honcho.output().count("Worker process is ready for action") >= 3,
-                120,
-                procs,
-                poll_s=0.2,
-            )
-            http = Http(port, "admin", password)
+            http = _ready(procs, honcho, port, name, groups)
 
             # When a job is submitted over HTTP
             submit = {"kind": "import_recording", "payload": {"folder": str(rec)}}
@@ -164,6 +103,174 @@ def test_make_run_serves_a_job_over_http_and_sigterm_stops_everything_cleanly(
             assert "ended uncleanly" not in out
         finally:
             _kill_groups(procs, groups)
+
+
+class _LivenessProbe(threading.Thread):
+    """Polls ``GET /api/health/live`` every 0.2 s until stopped; counts the probes and the failures."""
+
+    def __init__(self, port: int) -> None:
+        super().__init__(daemon=True)
+        self.port, self.probes, self.failures = port, 0, 0
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop_event.wait(0.2):
+            self.probes += 1
+            self.failures += 0 if live(self.port) else 1
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join(5)
+
+
+def _db_rows(db: Path, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
+    try:
+        return conn.execute(sql, params).fetchall()
+    finally:
+        conn.close()
+
+
+def _worker_pids(db: Path, *, never_restarted: bool = False) -> list[int]:
+    """The worker processes of the ``worker`` process type now (its supervisor's slots), booted ones only."""
+    sql = "SELECT s.pid FROM worker_slots s JOIN broker_processes p ON p.pid = s.pid WHERE s.role = 'worker'"
+    return [pid for (pid,) in _db_rows(db, sql + (" AND s.restarts = 0" if never_restarted else ""))]
+
+
+def _victim(db: Path, pipeline_id: str, kind: str) -> tuple[int, str] | None:
+    """The worker process running the pipeline's *kind* step, or — if that step already finished before
+    it was caught running — any worker process; with what it was doing."""
+    rows = _db_rows(db, "SELECT status, worker_id FROM jobs WHERE parent_job_id = ? AND kind = ?", pipeline_id, kind)
+    for status, worker_id in rows:
+        if status == "running" and worker_id:
+            return int(worker_id.split(":")[1]), f"running {kind}"
+    if any(status in ("succeeded", "failed", "cancelled", "interrupted") for status, _ in rows):
+        pids = _worker_pids(db)
+        return (pids[0], f"idle ({kind} already done)") if pids else None
+    return None
+
+
+def _restarts(db: Path) -> int:
+    return int(_db_rows(db, "SELECT coalesce(sum(restarts), 0) FROM worker_slots WHERE role = 'worker'")[0][0])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(420)
+def test_make_run_replaces_worker_processes_sigkilled_during_a_pipeline_and_keeps_serving(
+    clone: Path, tmp_path: Path
+) -> None:
+    for leftover in (clone / "var").glob("tenure.db*"):
+        leftover.unlink()
+    port = free_port()
+    # Short leases: a killed attempt's job is recovered within seconds, not the default 30 s
+    short = {"TENURE_JOB_LEASE_TTL_S": "2", "TENURE_BROKER_LEASE_TTL_S": "2", "TENURE_RECOVERY_INTERVAL_S": "1"}
+    env, rec = _environment(clone, tmp_path, port, short, segments=2, seconds=3)
+    db = clone / "var" / "tenure.db"
+
+    with processes(tmp_path) as procs:
+        honcho = procs.start("make-run", ["bash", "scripts/run.sh"], env, cwd=clone)
+        groups: list[int] = []
+        probe = _LivenessProbe(port)
+        try:
+            # Given make run up, the web polled every 0.2 s, and the README's demo pipeline submitted
+            http = _ready(procs, honcho, port, "sqlite", groups)
+            probe.start()
+            payload = {"folder": str(rec), "highlight_s": 8.0, "width": 640, "height": 360}
+            status, pipeline = http.call("POST", "/api/v1/jobs", {"kind": "recording_pipeline", "payload": payload})
+            assert status == 201, pipeline
+
+            # When a worker process is SIGKILLed three times while it runs: the one running the import
+            # step, then the other one, then the one running the render step
+            killed: list[str] = []
+
+            def kill(pid: int, doing: str) -> None:
+                os.kill(pid, signal.SIGKILL)
+                killed.append(f"{pid} ({doing})")
+                n = len(killed)
+                # the next kill comes once the replacement has booted: three crashes, not a crash at boot
+                wait_for(f"restart {n}", lambda: _restarts(db) >= n and len(_worker_pids(db)) == 2, 60, procs)
+
+            kill(*wait_for("the import step", lambda: _victim(db, pipeline["id"], "import_recording"), 60, procs))
+            kill(_worker_pids(db, never_restarted=True)[0], "the other one, idle")
+            kill(*wait_for("the render step", lambda: _victim(db, pipeline["id"], "render_clip"), 180, procs))
+            print("\nSIGKILLed worker processes:", ", ".join(killed))
+
+            # Then the pipeline succeeds
+            def finished() -> dict[str, Any] | None:
+                code, body = http.call("GET", f"/api/v1/jobs/{pipeline['id']}")
+                assert code == 200, body
+                return body if body["status"] in ("succeeded", "failed", "cancelled", "interrupted") else None
+
+            done = wait_for("the pipeline to finish", finished, 180, procs, poll_s=0.25)
+            probe.stop()
+            assert done["status"] == "succeeded", (done, procs.logs())
+            # ... the web answered throughout, and no Procfile process stopped
+            print(f"/api/health/live: {probe.probes} probes, {probe.failures} failed")
+            assert probe.probes >= 25 and probe.failures == 0
+            assert _stopped(honcho.output()) == [], procs.logs()
+            # ... and the API, the Workers page and the metrics show the three restarts
+            status, slots = http.call("GET", "/api/v1/workers/slots")
+            assert status == 200, slots
+            workers = [s for s in slots if s["role"] == "worker"]
+            assert sum(s["restarts"] for s in workers) == 3 and {s["state"] for s in workers} == {"running"}, slots
+            page = http.page("/ops/workers")
+            assert "3 restart(s)" in page, page
+            samples = [line for line in _metrics(http) if line.startswith('tenure_worker_restarts_total{role="worker"')]
+            assert sum(float(line.rsplit(" ", 1)[1]) for line in samples) == 3, samples
+            # When honcho receives SIGTERM, it still stops everything
+            procs.signal(honcho, signal.SIGTERM)
+            assert honcho.popen.wait(30) in (0, 143), honcho.output()
+        finally:
+            probe.stop()
+            _kill_groups(procs, groups)
+
+
+def _metrics(http: Http) -> list[str]:
+    req = urllib.request.Request(http.base + "/metrics", headers={"Authorization": http.auth})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        return resp.read().decode().splitlines()
+
+
+def _environment(
+    clone: Path, tmp_path: Path, port: int, tenure_env: dict[str, str], *, segments: int, seconds: float
+) -> tuple[dict[str, str], Path]:
+    """make run's environment for the clone (its own PYTHONPATH and output root) and a demo recording."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TENURE_", "PROMETHEUS_", "PYTHON"))}
+    env.update(tenure_env, PORT=str(port), PYTHONPATH=str(clone), PYTHONUNBUFFERED="1", TENURE_WEB_WORKERS="1")
+    env["TENURE_OUTPUT_ROOT"] = str(tmp_path / "outputs")
+    rec = tmp_path / "rec" / "4242-ops"
+    env["TENURE_IMPORT_ROOTS"] = str(rec.parent)
+    subprocess.run(
+        [str(VENV / "bin" / "tenure"), "demo", "make-recording", str(rec), "--segments", str(segments)]
+        + ["--seconds", str(seconds)],
+        cwd=clone,
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    return env, rec
+
+
+def _ready(procs: Procs, honcho: Proc, port: int, name: str, groups: list[int]) -> Http:
+    """Wait until make run is up (URL and password printed, every process type started, every worker
+    process booted); note each process type's group in *groups*; the admin's client."""
+    wait_for("the URL", lambda: f"open http://127.0.0.1:{port}/" in honcho.output(), 60, procs)
+    password = re.search(r"with password: (\S+)", honcho.output()).group(1)  # type: ignore[union-attr]
+    started = wait_for("every process type to start", lambda: _started(honcho.output(), name), 60, procs)
+    groups.extend(started.values())
+    wait_for("the web process to answer", lambda: live(port), 60, procs, poll_s=0.2)
+    # Every dramatiq process (2 worker + 1 asr) has booted: a stop that lands in the middle of a
+    # slow start-up (the ASR stack imports for seconds on a loaded machine) is a different case,
+    # covered by test_stop.py, and may legitimately outlast honcho's fixed 5 s before SIGKILL.
+    wait_for(
+        "every worker process to be ready",
+        lambda: honcho.output().count("Worker process is ready for action") >= 3,
+        120,
+        procs,
+        poll_s=0.2,
+    )
+    return Http(port, "admin", password)
 
 
 def _started(output: str, name: str) -> dict[str, int] | None:

@@ -5,6 +5,8 @@ Configured from the environment:
   OPS_LEDGER_DB   a separate SQLite file where the actor records what started and what completed
   OPS_TTL_MS      the broker's lease TTL (default 10000)
   OPS_BOOT_DELAY_S  if set, importing the app records a ``boots`` row, then sleeps this long (a slow start-up)
+  OPS_CRASH_FLAG  if set and that file exists, importing the app records a ``boots`` row and ends the
+                  process with ``os._exit(1)`` (a worker process that crashes at boot)
 """
 
 from __future__ import annotations
@@ -23,6 +25,12 @@ broker = SQLiteBroker(
     f"sqlite:///{os.environ['OPS_BROKER_DB']}", lease_ttl_ms=int(os.environ.get("OPS_TTL_MS", "10000"))
 )
 dramatiq.set_broker(broker)
+
+if os.environ.get("OPS_CRASH_FLAG") and os.path.exists(os.environ["OPS_CRASH_FLAG"]):
+    _boot = ledger_connect(os.environ["OPS_LEDGER_DB"])
+    _boot.execute("INSERT INTO boots (pid, at) VALUES (?, ?)", (os.getpid(), time.time()))
+    _boot.close()
+    os._exit(1)
 
 if os.environ.get("OPS_BOOT_DELAY_S"):
     _boot = ledger_connect(os.environ["OPS_LEDGER_DB"])
