@@ -1,7 +1,8 @@
-"""The ``tenure`` command line: ``tenure worker``, ``tenure db upgrade`` and friends.
+"""The ``tenure`` command line: ``tenure worker``, ``tenure scheduler``, ``tenure db upgrade`` and friends.
 
 Each command group lives in its own module: :mod:`tenure_cli.worker` (worker processes),
-:mod:`tenure_cli.admin` (database, accounts, relay, demo data).
+:mod:`tenure_cli.scheduler` (periodiq), :mod:`tenure_cli.admin` (database, accounts, relay, demo
+data); :mod:`tenure_cli.metrics` holds the metrics-port options the long-running commands share.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import argparse
 import logging
 import sys
 
-from . import admin
+from . import admin, metrics
 from .worker import EXIT_WORK_LEFT_TO_LEASES
 
 
@@ -20,6 +21,10 @@ def main(argv: list[str] | None = None) -> int:
         from .worker import worker_command
 
         return worker_command(argv[1:])
+    if argv[:1] == ["scheduler"]:
+        from .scheduler import scheduler_command
+
+        return scheduler_command(argv[1:])
     parser = argparse.ArgumentParser(prog="tenure", description="Tenure: durable jobs on Dramatiq.")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser(
@@ -32,8 +37,10 @@ def main(argv: list[str] | None = None) -> int:
     upgrade.add_argument("--url", help="database URL (default: TENURE_DATABASE_URL)")
     check = db_sub.add_parser("check", help="exit 1 unless the database is at the newest schema")
     check.add_argument("--url", help="database URL (default: TENURE_DATABASE_URL)")
+    sub.add_parser("scheduler", help="`periodiq` with a metrics port option (see tenure scheduler -h)")
     relay = sub.add_parser("relay", help="publish the outbox to the broker (needed when it is not SQLite)")
     relay.add_argument("--app", help="module declaring the job kinds and the broker (e.g. tasks)")
+    metrics.add_arguments(relay)
     admin.add_users_parser(sub)
     admin.add_demo_parser(sub)
     args = parser.parse_args(argv)
@@ -79,13 +86,14 @@ def main(argv: list[str] | None = None) -> int:
         logging.basicConfig(
             level=logging.INFO, format="[%(asctime)s] [PID %(process)d] [%(name)s] [%(levelname)s] %(message)s"
         )
-        if args.app:
-            importlib.import_module(args.app)
-        try:
-            relay_forever(settings)
-        except SchemaMismatch as e:
-            print(f"tenure: {e}", file=sys.stderr)
-            return 1
+        with metrics.serving(args):  # before the app is imported (it imports the metrics)
+            if args.app:
+                importlib.import_module(args.app)
+            try:
+                relay_forever(settings)
+            except SchemaMismatch as e:
+                print(f"tenure: {e}", file=sys.stderr)
+                return 1
         return 0
     return 2
 

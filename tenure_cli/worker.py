@@ -9,6 +9,8 @@ import sys
 import threading
 from typing import Any
 
+from . import metrics
+
 #: ``tenure worker`` exits with this code (EX_TEMPFAIL) when, past ``--worker-shutdown-timeout``,
 #: messages were still running: their leases were left to expire and they run again elsewhere.
 EXIT_WORK_LEFT_TO_LEASES = 75
@@ -23,7 +25,9 @@ DUPLICATE_SIGTERM_WINDOW_S = 2.0
 def worker_command(args: list[str]) -> int:
     """``tenure worker APP [dramatiq options]``: run Dramatiq's CLI, then say how the stop went.
 
-    Everything is Dramatiq's own CLI (same arguments, same signals, same logs); two things are added.
+    Everything is Dramatiq's own CLI (same arguments, same signals, same logs), plus the
+    ``--metrics-*`` options (:mod:`tenure_cli.metrics`: this command's processes' own metrics port);
+    two more things are added.
     Each worker process loads *APP* through :func:`boot_worker`, which adds a middleware that notes
     the messages still running when the Worker's shutdown timeout ran out. After Dramatiq returns,
     exit code 0 becomes :data:`EXIT_WORK_LEFT_TO_LEASES` (75) if any process left such messages: they
@@ -43,13 +47,15 @@ def worker_command(args: list[str]) -> int:
         f"{EXIT_WORK_LEFT_TO_LEASES} when messages still running at the end of --worker-shutdown-timeout "
         "were left to their leases (they run again on another worker once the leases expire)."
     )
+    metrics.add_arguments(parser)
     ns = parser.parse_args(args)
     report_dir = tempfile.mkdtemp(prefix="tenure-worker-")
     os.environ[WORKER_APP_ENV] = ns.broker
     os.environ[WORKER_REPORT_DIR_ENV] = report_dir
     ns.broker = "tenure_cli.worker:boot_worker"
     try:
-        code = dramatiq_cli.main(ns)
+        with metrics.serving(ns):  # before the worker processes start: they inherit its directory
+            code = dramatiq_cli.main(ns)
         left = _read_shutdown_reports(report_dir)
     finally:
         shutil.rmtree(report_dir, ignore_errors=True)
