@@ -101,8 +101,10 @@ class MetricsExporter:
         else:
             self.directory.mkdir(parents=True, exist_ok=True)
             self._lock()
-            fold_finished_processes(self.directory)
+        # Before anything imports prometheus_client (the fold below does): it reads this at import.
         os.environ[MULTIPROC_ENV] = str(self.directory)
+        if not self._owned_directory:
+            fold_finished_processes(self.directory)
         try:
             self._listen()
         except BaseException:

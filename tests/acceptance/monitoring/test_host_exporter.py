@@ -131,6 +131,7 @@ def test_a_host_restarted_after_a_crash_goes_on_from_its_counts(host: Host, tmp_
     # Given: a worker command keeping its metrics directory; 10 messages ran
     port, metrics_dir = free_port(), tmp_path / "worker-metrics"
     url = f"http://127.0.0.1:{port}/metrics"
+    del host.env["PROMETHEUS_MULTIPROC_DIR"]  # a worker host: no web, no shared directory
     first = host.worker("first", port, "--metrics-dir", str(metrics_dir))
     host.send(10)
     wait_scrape(url, lambda s: total(s, "tenure_messages_processed_total", outcome="ok") == 10, "10 processed")
