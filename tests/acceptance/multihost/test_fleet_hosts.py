@@ -178,6 +178,7 @@ def test_a_worker_host_killed_whole_leaves_every_job_done_once_and_the_counts_wh
                         registry=c.registry, settings=c.settings,
                     )  # fmt: skip
     prom.wait_value('count(up{job=~"tenure|tenure-worker|tenure-relay"} == 1)', lambda v: v == 4, "4 targets up", 60)
+    phases = {"up": time.monotonic() - t0}
 
     # When: about a third of the jobs are done, host a — every one of its processes — is killed
     wait_for(lambda: fleet.committed(a) >= 150 and fleet.committed(b) >= 150, "both hosts running jobs", 90)
@@ -195,6 +196,7 @@ def test_a_worker_host_killed_whole_leaves_every_job_done_once_and_the_counts_wh
     running_on_a = d.scalar("SELECT count(*) FROM jobs WHERE status = 'running'")
     a.kill()
     killed_at = time.monotonic()
+    phases["kill"] = killed_at - t0
     a_jobs = fleet.committed(a)
     a_counted = fleet.counted(a)
     b_instance = f"{b.address}:{METRICS_PORT}"
@@ -206,6 +208,7 @@ def test_a_worker_host_killed_whole_leaves_every_job_done_once_and_the_counts_wh
         "every job succeeded",
         120,
     )
+    phases["done"] = time.monotonic() - t0
     assert d.scalar("SELECT count(*) FROM jobs") == JOBS
     assert d.scalar("SELECT count(*) FROM fleet_runs") == JOBS
     assert d.scalar("SELECT count(DISTINCT n) FROM fleet_runs") == JOBS
@@ -231,6 +234,7 @@ def test_a_worker_host_killed_whole_leaves_every_job_done_once_and_the_counts_wh
     fleet.worker(a)
     # Then: Prometheus's sum over both worker hosts is the jobs run, each host counting its own
     total = prom.wait_value(f"sum({finished()})", lambda v: v == JOBS, "the fleet's sum", 60)
+    phases["back"] = time.monotonic() - t0
     per_host = fleet.per_instance(finished())
     assert per_host == {f"{a.address}:{METRICS_PORT}": a_jobs, b_instance: b_jobs}, per_host
     assert a_counted == a_jobs
@@ -247,5 +251,5 @@ def test_a_worker_host_killed_whole_leaves_every_job_done_once_and_the_counts_wh
     print(
         f"fleet: {JOBS} jobs, host a {a_jobs} (killed with {running_on_a} running fleet-wide, {attempt + 1} "
         f"freeze(s)), host b {b_jobs}, {retried} needed another attempt, Prometheus sum {total:.0f}, "
-        f"{time.monotonic() - t0:.1f} s"
+        f"{time.monotonic() - t0:.1f} s ({', '.join(f'{k} at {v:.1f}' for k, v in phases.items())})"
     )
