@@ -97,6 +97,21 @@ class Deployment:
         with self.engine.begin() as conn:
             conn.execute(text(sql), params)
 
+    def assert_every_job_succeeded_once(self, runs_table: str, jobs: int) -> None:
+        """*jobs* jobs, all succeeded; one domain row in *runs_table* per job and per ``n``; one success event each."""
+        assert self.scalar("SELECT count(*) FROM jobs") == jobs
+        assert self.scalar("SELECT count(*) FROM jobs WHERE status = 'succeeded'") == jobs
+        assert self.scalar(f"SELECT count(DISTINCT job_id) FROM {runs_table}") == jobs
+        assert self.scalar(f"SELECT count(DISTINCT n) FROM {runs_table}") == jobs
+        assert self.rows(f"SELECT job_id FROM {runs_table} GROUP BY job_id HAVING count(*) > 1") == []
+        assert (
+            self.rows(
+                "SELECT job_id FROM job_events WHERE type = 'status' AND data LIKE '%\"succeeded\"%' "
+                "GROUP BY job_id HAVING count(*) <> 1"
+            )
+            == []
+        )
+
     def logs(self) -> str:
         return "\n".join(
             f"== {p.name}\n{p.read_text(errors='replace')[-3000:]}" for p in sorted(self.tmp_path.glob("*.log"))

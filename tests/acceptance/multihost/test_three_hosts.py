@@ -181,7 +181,11 @@ def test_a_worker_host_killed_whole_leaves_every_job_done_once_and_the_counts_wh
     phases = {"up": time.monotonic() - t0}
 
     # When: about a third of the jobs are done, host a — every one of its processes — is killed
-    wait_for(lambda: fleet.committed(a) >= 150 and fleet.committed(b) >= 150, "both hosts running jobs", 90)
+    def a_third_done_by_both() -> bool:
+        on_a, on_b = fleet.committed(a), fleet.committed(b)
+        return on_a + on_b >= JOBS // 3 and min(on_a, on_b) >= 100
+
+    wait_for(a_third_done_by_both, "a third of the jobs done, by both hosts", 90)
     seen: list[tuple[float, int]] = []
     for attempt in range(200):
         frozen = a.freeze()
@@ -209,17 +213,8 @@ def test_a_worker_host_killed_whole_leaves_every_job_done_once_and_the_counts_wh
         120,
     )
     phases["done"] = time.monotonic() - t0
-    assert d.scalar("SELECT count(*) FROM jobs") == JOBS
+    d.assert_every_job_succeeded_once("fleet_runs", JOBS)
     assert d.scalar("SELECT count(*) FROM fleet_runs") == JOBS
-    assert d.scalar("SELECT count(DISTINCT n) FROM fleet_runs") == JOBS
-    assert d.rows("SELECT job_id FROM fleet_runs GROUP BY job_id HAVING count(*) > 1") == []
-    assert (
-        d.rows(
-            "SELECT job_id FROM job_events WHERE type = 'status' AND data LIKE '%\"succeeded\"%' "
-            "GROUP BY job_id HAVING count(*) <> 1"
-        )
-        == []
-    )
     b_jobs = fleet.committed(b)
     assert a_jobs + b_jobs == JOBS and fleet.committed(a) == a_jobs  # nothing ran on a after its death
 
