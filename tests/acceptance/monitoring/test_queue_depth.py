@@ -198,7 +198,23 @@ def test_500_queued_messages_show_as_500_and_fall_to_0_as_a_worker_drains(deploy
 
         # When: a worker drains the queue
         procs.start(
-            "worker", [sys.executable, "-m", "tenure_cli", "worker", APP, "-p", "1", "-t", "2", "-Q", QUEUE], env
+            "worker",
+            [
+                sys.executable,
+                "-m",
+                "tenure_cli",
+                "worker",
+                APP,
+                "-p",
+                "1",
+                "-t",
+                "2",
+                "-Q",
+                QUEUE,
+                "--worker-shutdown-timeout",
+                "1000",
+            ],
+            env,
         )
         seen_ready: list[float] = []
         seen_leased: list[float] = []
