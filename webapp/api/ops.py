@@ -54,6 +54,7 @@ class Queues(MethodView):
 @blp.route("/queues/<name>/pause")
 class QueuePause(MethodView):
     @blp.response(200, PausedSchema)
+    @blp.alt_response(409, schema=None, description="pause_unavailable: this broker cannot pause queues (the reason)")
     def post(self, name: str):
         """Stop claims on the queue; its messages wait (409 with the reason when the broker cannot pause)."""
         return operations.set_paused(services().broker, _queue_name(name), True)
@@ -62,6 +63,7 @@ class QueuePause(MethodView):
 @blp.route("/queues/<name>/resume")
 class QueueResume(MethodView):
     @blp.response(200, PausedSchema)
+    @blp.alt_response(409, schema=None, description="pause_unavailable: this broker cannot pause queues (the reason)")
     def post(self, name: str):
         """Resume claims on the queue."""
         return operations.set_paused(services().broker, _queue_name(name), False)
