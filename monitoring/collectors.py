@@ -8,8 +8,8 @@ yielding metric families of :mod:`monitoring.metrics`. A failing source is logge
 
 Sources provided here:
 
-- :class:`BrokerSource` — messages per queue and state, lag, paused queues, consumers per queue,
-  expired-but-unreaped leases (SQLite broker; other brokers yield nothing);
+- :class:`BrokerSource` — messages per queue and state, lag, paused queues, consumers per queue
+  (each broker's own counters: SQLite, Redis, RabbitMQ), expired-but-unreaped leases (SQLite);
 - :class:`JobsSource` — jobs per status, outbox backlog (callables given by the job layer);
 - :class:`ScheduleSource` — last/next fire per schedule (a callable given by the scheduler).
 """
@@ -25,6 +25,7 @@ from typing import Any, Protocol
 from dramatiq.common import current_millis
 
 from broker import SQLiteBroker
+from broker.depth import broker_kind, queue_depths
 
 from . import metrics as m
 from .store import lease_expired_by_queue
@@ -87,14 +88,15 @@ class DatabaseCollector:
 
 
 class BrokerSource:
-    """Queue depth, lag, consumers and expired leases of a :class:`broker.SQLiteBroker`.
+    """Queue depth, lag, consumers and pause flags from the broker's own counters; expired leases (SQLite).
 
-    Uses the broker's operators' API (``stats()``, ``processes()``) plus one read-only query of
-    :mod:`monitoring.store`. A non-SQLite broker (Redis, RabbitMQ) yields nothing: use those
-    servers' own exporters for queue depth.
+    The counts come from :func:`broker.depth.queue_depths` (SQLite, Redis and RabbitMQ; see there what
+    each broker can tell). A count the broker cannot tell is not exported rather than exported as 0:
+    on RabbitMQ there is no ``state="leased"`` sample and no lag; on Redis no consumers. Expired but
+    unreaped leases exist only on the SQLite broker (one read-only query of :mod:`monitoring.store`).
 
     Parameters:
-      broker: The broker the web app already has (any Dramatiq broker).
+      broker: The broker the web app already has (any Dramatiq broker; an unknown kind yields nothing).
       clock: Milliseconds since the epoch (tests inject one).
     """
 
@@ -105,40 +107,32 @@ class BrokerSource:
         self.clock = clock
 
     def collect(self) -> Iterable[Any]:
-        broker = self.broker
-        if not isinstance(broker, SQLiteBroker):
+        depths = queue_depths(self.broker, clock=self.clock)
+        if not depths and broker_kind(self.broker) is None:
             return []
-        now = self.clock()
-        stats = broker.stats()
-        processes = broker.processes()
-        with broker.store.read() as conn:
-            expired = lease_expired_by_queue(conn, now)
-
         messages = m.QUEUE_MESSAGES.family()
         lag = m.QUEUE_OLDEST_READY_AGE.family()
         paused = m.QUEUE_PAUSED.family()
-        for s in stats:
+        consumers = m.QUEUE_CONSUMERS.family()
+        for d in depths:
             for state in QUEUE_STATES:
-                messages.add_metric([s.queue, state], getattr(s, state))
-            lag.add_metric([s.queue], (s.oldest_ready_age_ms or 0) / 1000)
-            paused.add_metric([s.queue], int(s.paused))
-
-        queues = {s.queue for s in stats}
-        unreaped = m.LEASES_EXPIRED_UNREAPED.family()
-        for queue in sorted(queues | set(expired)):
-            unreaped.add_metric([queue], expired.get(queue, 0))
-
-        # A consumer heartbeats every lease_ttl / 3; one that missed a whole TTL is not counted.
-        alive_after = now - broker.lease_ttl_ms
-        consumers = dict.fromkeys(queues, 0)
-        for p in processes:
-            if p["heartbeat_at"] >= alive_after:
-                for queue in filter(None, str(p["queues"]).split(",")):
-                    consumers[queue] = consumers.get(queue, 0) + 1
-        consumer_family = m.QUEUE_CONSUMERS.family()
-        for queue in sorted(consumers):
-            consumer_family.add_metric([queue], consumers[queue])
-        return [messages, lag, paused, unreaped, consumer_family]
+                count = getattr(d, state)
+                if count is not None:
+                    messages.add_metric([d.queue, state], count)
+            if d.oldest_ready_age_ms is not None:
+                lag.add_metric([d.queue], d.oldest_ready_age_ms / 1000)
+            paused.add_metric([d.queue], int(d.paused))
+            if d.consumers is not None:
+                consumers.add_metric([d.queue], d.consumers)
+        families = [messages, lag, paused, consumers]
+        if isinstance(self.broker, SQLiteBroker):
+            with self.broker.store.read() as conn:
+                expired = lease_expired_by_queue(conn, self.clock())
+            unreaped = m.LEASES_EXPIRED_UNREAPED.family()
+            for queue in sorted({d.queue for d in depths} | set(expired)):
+                unreaped.add_metric([queue], expired.get(queue, 0))
+            families.append(unreaped)
+        return families
 
 
 @dataclass(frozen=True)

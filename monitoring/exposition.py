@@ -127,7 +127,11 @@ class _ProcessRegistry:
 
 
 def build_registry(
-    sources: Sequence[Source] = (), *, path: str | os.PathLike[str] | None = None, reap_dead: bool = True
+    sources: Sequence[Source] = (),
+    *,
+    path: str | os.PathLike[str] | None = None,
+    reap_dead: bool = True,
+    processes: bool = True,
 ) -> CollectorRegistry:
     """A fresh registry for one scrape: every process's metrics plus the scrape-time sources.
 
@@ -136,14 +140,15 @@ def build_registry(
       path: Multiprocess directory; default ``$PROMETHEUS_MULTIPROC_DIR``. Without one, this
         process's own metrics are exported (single-process mode).
       reap_dead: Remove the live gauges of dead pids first (see :func:`reap_dead_processes`).
+      processes: Include the processes' metrics (``False``: the scrape-time sources only).
     """
     registry = CollectorRegistry()
     directory = str(path) if path is not None else multiproc_dir()
-    if directory:
+    if processes and directory:
         if reap_dead:
             reap_dead_processes(directory)
         MultiProcessCollector(registry, path=directory)
-    else:
+    elif processes:
         registry.register(_ProcessRegistry())
     if sources:
         registry.register(DatabaseCollector(sources))
@@ -151,13 +156,18 @@ def build_registry(
 
 
 def render_metrics(
-    sources: Sequence[Source] = (), *, path: str | os.PathLike[str] | None = None, reap_dead: bool = True
+    sources: Sequence[Source] = (),
+    *,
+    path: str | os.PathLike[str] | None = None,
+    reap_dead: bool = True,
+    processes: bool = True,
 ) -> tuple[bytes, int, dict[str, str]]:
     """The ``/metrics`` response: ``(body, status, headers)`` in Prometheus' text format.
 
     Unpacks straight into a Flask ``Response(*render_metrics(sources))`` or a view's return value.
+    Parameters as :func:`build_registry`.
     """
-    body = generate_latest(build_registry(sources, path=path, reap_dead=reap_dead))
+    body = generate_latest(build_registry(sources, path=path, reap_dead=reap_dead, processes=processes))
     return body, 200, {"Content-Type": CONTENT_TYPE_LATEST}
 
 

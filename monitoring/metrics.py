@@ -233,7 +233,8 @@ class DbMetric:
 QUEUE_MESSAGES = DbMetric(
     "tenure_queue_messages",
     "gauge",
-    "Messages in the broker per queue and state: ready (due), delayed (eta in the future), leased, dead.",
+    "Messages in the broker per queue and state: ready (due), delayed (eta in the future), leased (in flight), "
+    "dead; a state the broker cannot count has no sample (see docs/monitoring.md).",
     ("queue", "state"),
 )
 QUEUE_OLDEST_READY_AGE = DbMetric(
@@ -246,7 +247,7 @@ QUEUE_PAUSED = DbMetric("tenure_queue_paused", "gauge", "1 while the queue is pa
 QUEUE_CONSUMERS = DbMetric(
     "tenure_queue_consumers",
     "gauge",
-    "Consumer processes whose lease heartbeat is recent, per queue they consume (SQLite broker).",
+    "Consumers per queue: processes with a recent lease heartbeat (SQLite), the queue's consumers (RabbitMQ).",
     ("queue",),
 )
 LEASES_EXPIRED_UNREAPED = DbMetric(

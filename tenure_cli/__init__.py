@@ -1,10 +1,11 @@
-"""The ``tenure`` command line: ``tenure worker``, ``tenure db upgrade`` and friends.
+"""The ``tenure`` command line: ``tenure worker``, ``tenure scheduler``, ``tenure db upgrade`` and friends.
 
 Each command group lives in its own module: :mod:`tenure_cli.worker` (worker processes),
 :mod:`tenure_cli.scheduler` and :mod:`tenure_cli.relay` (the scheduler and the outbox relay), all
 three supervised by :mod:`tenure_cli.supervisor`; :mod:`tenure_cli.admin` (accounts, demo data);
 :mod:`tenure_cli.operator` (``jobs``, ``queues``, ``dead-letters``, ``schedules``, ``workers``: the
-HTTP API, from any machine; they never import the server side).
+HTTP API, from any machine; they never import the server side); :mod:`tenure_cli.metrics` holds the
+metrics-port options the long-running commands share.
 """
 
 from __future__ import annotations

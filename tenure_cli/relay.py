@@ -15,6 +15,7 @@ import logging
 import sys
 from typing import Any
 
+from . import metrics
 from .supervisor import add_supervision_arguments, supervise_one, unblock_in_child
 
 
@@ -22,6 +23,7 @@ def add_relay_parser(sub: argparse._SubParsersAction) -> None:
     relay = sub.add_parser("relay", help="publish the outbox to the broker (needed when it is not SQLite)")
     relay.add_argument("--app", help="the app composing the broker, as Dramatiq's broker argument (e.g. tasks:compose)")
     add_supervision_arguments(relay, role="relay")
+    metrics.add_arguments(relay)
 
 
 def relay_command(ns: argparse.Namespace, settings: Any) -> int:
@@ -61,4 +63,5 @@ def relay_command(ns: argparse.Namespace, settings: Any) -> int:
             print(f"tenure: {e}", file=sys.stderr)
             sys.exit(1)
 
-    return supervise_one(ns, main)
+    with metrics.serving(ns):  # before the child exists (it imports the metrics)
+        return supervise_one(ns, main)

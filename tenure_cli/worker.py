@@ -10,6 +10,8 @@ import sys
 import threading
 from typing import Any
 
+from . import metrics
+
 #: ``tenure worker`` exits with this code (EX_TEMPFAIL) when, past ``--worker-shutdown-timeout``,
 #: messages were still running: their leases were left to expire and they run again elsewhere.
 EXIT_WORK_LEFT_TO_LEASES = 75
@@ -37,7 +39,8 @@ def worker_command(args: list[str]) -> int:
     process was killed), 1 when a slot was given up on, and :data:`EXIT_WORK_LEFT_TO_LEASES` (75)
     instead of 0 when messages were left to their leases (they keep them, so nobody else starts them
     while this host may still run them, and run again elsewhere once the leases expire); 2 for bad
-    arguments, 4 for a pid file in use.
+    arguments, 4 for a pid file in use. The ``--metrics-*`` options (:mod:`tenure_cli.metrics`) give this
+    command's processes their own metrics port.
     """
     import shutil
     import tempfile
@@ -56,6 +59,7 @@ def worker_command(args: list[str]) -> int:
         "leases expire)."
     )
     add_supervision_arguments(parser, role="worker")
+    metrics.add_arguments(parser)
     ns = parser.parse_args(args)
     for refused, given in (("--watch", ns.watch), ("--fork-function", ns.forks), ("--use-spawn", ns.use_spawn)):
         if given:
@@ -73,7 +77,8 @@ def worker_command(args: list[str]) -> int:
     os.environ[WORKER_REPORT_DIR_ENV] = report_dir
     ns.broker = "tenure_cli.worker:boot_worker"
     try:
-        outcome = _supervise(ns)
+        with metrics.serving(ns):  # before the worker processes start: they inherit its directory
+            outcome = _supervise(ns)
         left = _read_shutdown_reports(report_dir)
     finally:
         shutil.rmtree(report_dir, ignore_errors=True)

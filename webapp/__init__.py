@@ -6,8 +6,8 @@
 Configuration comes from ``settings.environment.Settings`` (``TENURE_*``) plus the web's own keys
 (defaults below; any ``TENURE_WEB_<KEY>`` variable overrides ``<KEY>``; *test_config* last).
 ``TASKS_APP`` names the composition root that declares the job kinds (``module:callable``, called with
-the settings; ``""``: none). A test may inject ``TENURE_ENGINE``, ``TENURE_BROKER`` and
-``TENURE_REGISTRY`` (its own job kinds) instead.
+the settings, or a ``module`` that composes itself when imported; ``""``: none). A test may inject
+``TENURE_ENGINE``, ``TENURE_BROKER`` and ``TENURE_REGISTRY`` (its own job kinds) instead.
 """
 
 from __future__ import annotations
@@ -136,7 +136,9 @@ def _build_services(app: Flask):  # type: ignore[no-untyped-def]
     if cfg.get("TASKS_APP"):
         # The job kinds (and their actors, on the broker the composition sets) must be known to submit.
         module_name, _, attr = cfg["TASKS_APP"].partition(":")
-        getattr(importlib.import_module(module_name), attr or "compose")(settings)
+        module = importlib.import_module(module_name)  # Dramatiq's forms: `module`, or `module:callable`
+        if attr:
+            getattr(module, attr)(settings)
         if broker is None:
             import dramatiq
 

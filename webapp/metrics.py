@@ -1,16 +1,19 @@
-"""``GET /metrics``: Prometheus text format for every Tenure process (see docs/monitoring.md).
+"""``GET /metrics``: Prometheus text format for this host's Tenure processes (see docs/monitoring.md).
 
-The body comes from :mod:`monitoring.exposition` (multiprocess files + scrape-time database
-gauges). Like every endpoint but ``/api/health/live`` it needs credentials (a bearer token in
-Prometheus' ``authorization`` block); ``TENURE_WEB_METRICS_PUBLIC=true`` opens it for a scraper on a
-private network.
+The body comes from :mod:`monitoring.exposition`: this host's multiprocess files plus the gauges
+computed from the database at scrape time — this endpoint is their one scrape target; a worker,
+scheduler or relay with its own metrics port serves only its processes' metrics. Like every
+endpoint but ``/api/health/live`` it needs credentials (a bearer token in Prometheus'
+``authorization`` block); ``TENURE_WEB_METRICS_PUBLIC=true`` opens it for a scraper on a private
+network.
 """
 
 from __future__ import annotations
 
-from flask import Blueprint, Response, current_app
+from flask import Blueprint, Response, current_app, request
 
 from .auth import require_identity
+from .errors import Invalid
 from .services import services
 
 bp = Blueprint("metrics", __name__)
@@ -34,14 +37,28 @@ def _sources():  # type: ignore[no-untyped-def]
     return default_sources(svc.broker, jobs=JobsSource.for_engine(svc.engine), schedules=ScheduleSource(fires))
 
 
+#: ``?collect=`` values: what one scrape of this endpoint includes.
+COLLECT = ("all", "process", "database")
+
+
 @bp.route("/metrics")
 def metrics() -> Response:
+    """This host's processes' metrics and the database-derived gauges (``?collect=process|database``: one part).
+
+    With several web hosts, scrape every one with ``collect=process`` and the database gauges once
+    (``collect=database``, e.g. through the load balancer): see docs/monitoring.md.
+    """
     if not current_app.config.get("METRICS_PUBLIC"):
         require_identity()
+    collect = request.args.get("collect", "all")
+    if collect not in COLLECT:
+        raise Invalid(f"collect must be one of {', '.join(COLLECT)}.")
     from monitoring.exposition import render_metrics
 
     svc = services()
     if svc.metrics_sources is None:
         svc.metrics_sources = _sources()
-    body, status, headers = render_metrics(svc.metrics_sources)
+    body, status, headers = render_metrics(
+        svc.metrics_sources if collect != "process" else (), processes=collect != "database"
+    )
     return Response(body, status=status, headers=headers)

@@ -1,8 +1,10 @@
 """Operators' view of the broker (queues, dead letters, workers) as plain dicts for the API and UI.
 
-Only the SQLite broker has these operations; with Redis/RabbitMQ they answer 503 "unsupported"
-(those brokers have their own consoles). The supervisors' slots (:func:`worker_slots`: restarts,
-slots given up) come from the job database, so they are there with every broker.
+Queue depth comes from each broker's own counters (:mod:`broker.depth`: SQLite, Redis, RabbitMQ).
+Pausing a queue, dead letters and the worker list are SQLite broker operations; with Redis/RabbitMQ
+a pause is refused with the reason (:func:`pause_unavailable`, 409) and the others answer 503
+"unsupported" (those brokers have their own consoles). The supervisors' slots (:func:`worker_slots`:
+restarts, slots given up) come from the job database, so they are there with every broker.
 """
 
 from __future__ import annotations
@@ -11,7 +13,15 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from .errors import NotFound, Unavailable
+from broker.depth import broker_kind, queue_depths
+
+from .errors import Conflict, NotFound, Unavailable
+
+
+class PauseUnavailable(Conflict):
+    """This broker cannot pause a queue."""
+
+    code = "pause_unavailable"
 
 
 def _ts(ms: int | float | None) -> datetime | None:
@@ -25,33 +35,72 @@ def _need(broker: Any, name: str) -> Any:
     return method
 
 
+def pause_unavailable(broker: Any) -> str | None:
+    """Why queues on *broker* cannot be paused, or ``None`` when they can.
+
+    The SQLite broker skips paused queues in its claim. Dramatiq's Redis and RabbitMQ brokers hand
+    every message of a queue to its consumers and have no such switch; pausing there needs the job
+    layer to hold back the claims of a paused queue, which it does not do yet. This is the one place
+    that decides, so the UI and the API offer pausing as soon as it says ``None``.
+    """
+    if callable(getattr(broker, "pause", None)) and callable(getattr(broker, "resume", None)):
+        return None
+    return (
+        f"Queues cannot be paused on the {type(broker).__name__}: it delivers every message of a queue "
+        "to its consumers and has no switch to hold them back. Only the SQLite broker skips paused "
+        "queues when workers claim messages; stop this queue's workers to stop its processing."
+    )
+
+
 def queues(broker: Any) -> list[dict[str, Any]]:
-    """Depth by state, lag and pause flag of each queue (delay queues folded into their queue)."""
-    rows = _need(broker, "stats")()
+    """Depth by state, lag, consumers and pause flag of each queue (delay queues folded into their queue).
+
+    A count the broker cannot tell is ``None`` (see :mod:`broker.depth`); ``pause_unavailable`` is the
+    reason pausing is refused on this broker, or ``None``.
+
+    Raises:
+      Unavailable: The broker's counters are unknown here (neither SQLite, Redis nor RabbitMQ).
+    """
+    kind = broker_kind(broker)
+    if kind is None:
+        raise Unavailable(f"The {type(broker).__name__} has no queue statistics.")
+    reason = pause_unavailable(broker)
     return [
         {
-            "queue": s.queue,
-            "ready": s.ready,
-            "delayed": s.delayed,
-            "leased": s.leased,
-            "dead": s.dead,
-            "oldest_ready_age_s": None if s.oldest_ready_age_ms is None else s.oldest_ready_age_ms / 1000,
-            "paused": bool(s.paused),
+            "queue": d.queue,
+            "broker": kind,
+            "ready": d.ready,
+            "delayed": d.delayed,
+            "leased": d.leased,
+            "dead": d.dead,
+            "oldest_ready_age_s": None if d.oldest_ready_age_ms is None else d.oldest_ready_age_ms / 1000,
+            "consumers": d.consumers,
+            "paused": d.paused,
+            "pause_unavailable": reason,
         }
-        for s in rows
+        for d in queue_depths(broker)
     ]
 
 
 def known_queues(broker: Any) -> set[str]:
     names = {s["queue"] for s in queues(broker)}
-    names.update(getattr(broker, "get_declared_queues", lambda: set())())
+    names.update(q for q in getattr(broker, "get_declared_queues", lambda: set())() if not q.endswith((".DQ", ".XQ")))
     return names
 
 
 def set_paused(broker: Any, queue: str, paused: bool) -> dict[str, Any]:
+    """Pause or resume *queue*.
+
+    Raises:
+      NotFound: No such queue.
+      PauseUnavailable: The broker cannot pause queues (409, with the reason).
+    """
     if queue not in known_queues(broker):
         raise NotFound(f"No queue named {queue!r}.")
-    _need(broker, "pause" if paused else "resume")(queue)
+    reason = pause_unavailable(broker)
+    if reason is not None:
+        raise PauseUnavailable(reason)
+    (broker.pause if paused else broker.resume)(queue)
     return {"queue": queue, "paused": paused}
 
 

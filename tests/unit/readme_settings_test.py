@@ -1,9 +1,9 @@
 """The README's configuration table and the one ``Settings`` cannot drift apart.
 
 Every variable ``Settings`` reads has a row (with its default and when a change takes effect);
-every ``TENURE_*`` row is either a ``Settings`` variable or one of the web process's own, which
-must really be read where the table says; and no module but ``jobs/settings.py`` reads a
-``Settings`` variable from the environment.
+every ``TENURE_*`` row is either a ``Settings`` variable, one of the web process's own or the default
+of a command's option, which must really be read where the table says; and no module but
+``settings/environment.py`` reads a ``Settings`` variable from the environment.
 """
 
 from __future__ import annotations
@@ -25,6 +25,15 @@ WEB_VARIABLES = {
         "TENURE_WEB_THREADS",
         "TENURE_WEB_BIND",
         "TENURE_WEB_LIVE_MAX_CONNECTIONS",
+    },
+}
+#: Options of the long-running commands (``--metrics-*`` defaults), read where the CLI parses them.
+COMMAND_VARIABLES = {
+    "tenure_cli/metrics.py": {
+        "TENURE_METRICS_PORT",
+        "TENURE_METRICS_BIND",
+        "TENURE_METRICS_DIR",
+        "TENURE_METRICS_TOKEN_FILE",
     },
 }
 #: Read by the web app factory through ``app.config.from_prefixed_env("TENURE_WEB")``: DEFAULTS keys.
@@ -74,10 +83,12 @@ def test_every_readme_variable_is_read_where_it_says() -> None:
     rows = readme_rows()
     settings_vars = {v.env for v in Settings.variables()}
     web = set().union(*WEB_VARIABLES.values()) | WEB_PREFIXED
+    commands = set().union(*COMMAND_VARIABLES.values())
     tenure_rows = {name for name in rows if name.startswith("TENURE_")}
-    assert tenure_rows - settings_vars - web == set(), "README rows that nothing reads"
+    assert tenure_rows - settings_vars - web - commands == set(), "README rows that nothing reads"
     assert web <= tenure_rows, "web variables missing from the README"
-    for path, names in WEB_VARIABLES.items():
+    assert commands <= tenure_rows, "command variables missing from the README"
+    for path, names in {**WEB_VARIABLES, **COMMAND_VARIABLES}.items():
         source = (ROOT / path).read_text(encoding="utf-8")
         for name in names:
             assert name in source, f"{name} is not read in {path}"
@@ -87,13 +98,12 @@ def test_every_readme_variable_is_read_where_it_says() -> None:
         assert f'"{name.removeprefix("TENURE_WEB_")}"' in factory, f"{name}: no such key in webapp DEFAULTS"
 
 
-def test_only_jobs_settings_reads_settings_variables_from_the_environment() -> None:
+def test_only_the_settings_module_reads_settings_variables_from_the_environment() -> None:
     names = {v.env for v in Settings.variables()}
     offenders = []
-    for path in sorted(ROOT.glob("*.py")) + sorted(
-        p for d in ("broker", "jobs", "tasks", "webapp", "monitoring") for p in (ROOT / d).rglob("*.py")
-    ):
-        if path == ROOT / "jobs" / "settings.py":
+    layers = ("broker", "settings", "accounts", "jobs", "tasks", "webapp", "monitoring", "tenure_cli")
+    for path in sorted(ROOT.glob("*.py")) + sorted(p for d in layers for p in (ROOT / d).rglob("*.py")):
+        if path == ROOT / "settings" / "environment.py":
             continue
         source = path.read_text(encoding="utf-8")
         for name in names:

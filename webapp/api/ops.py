@@ -64,21 +64,23 @@ def _queue_name(name: str) -> str:
 class Queues(MethodView):
     @blp.response(200, QueueSchema(many=True))
     def get(self):
-        """Each queue's depth by state, oldest-ready age (lag) and pause flag."""
+        """Each queue's depth by state, lag, consumers and pause flag, from the broker's own counters."""
         return operations.queues(services().broker)
 
 
 @blp.route("/queues/<name>/pause")
 class QueuePause(MethodView):
     @blp.response(200, PausedSchema)
+    @blp.alt_response(409, schema=None, description="pause_unavailable: this broker cannot pause queues (the reason)")
     def post(self, name: str):
-        """Stop claims on the queue; its messages wait."""
+        """Stop claims on the queue; its messages wait (409 with the reason when the broker cannot pause)."""
         return operations.set_paused(services().broker, _queue_name(name), True)
 
 
 @blp.route("/queues/<name>/resume")
 class QueueResume(MethodView):
     @blp.response(200, PausedSchema)
+    @blp.alt_response(409, schema=None, description="pause_unavailable: this broker cannot pause queues (the reason)")
     def post(self, name: str):
         """Resume claims on the queue."""
         return operations.set_paused(services().broker, _queue_name(name), False)

@@ -197,12 +197,19 @@ class KindSchema(ma.Schema):
 
 class QueueSchema(ma.Schema):
     queue = fields.String(required=True)
+    broker = fields.String(required=True, metadata={"description": "sqlite, redis or rabbitmq"})
     ready = fields.Integer(required=True)
-    delayed = fields.Integer(required=True)
-    leased = fields.Integer(required=True)
-    dead = fields.Integer(required=True)
-    oldest_ready_age_s = fields.Float(allow_none=True, required=True, metadata={"description": "lag"})
+    delayed = fields.Integer(allow_none=True, required=True, metadata={"description": "null: the broker cannot tell"})
+    leased = fields.Integer(allow_none=True, required=True, metadata={"description": "in flight; null: unknown"})
+    dead = fields.Integer(allow_none=True, required=True)
+    oldest_ready_age_s = fields.Float(
+        allow_none=True, required=True, metadata={"description": "lag (0: nothing waits; null: unknown)"}
+    )
+    consumers = fields.Integer(allow_none=True, required=True)
     paused = fields.Boolean(required=True)
+    pause_unavailable = fields.String(
+        allow_none=True, required=True, metadata={"description": "why this broker cannot pause queues"}
+    )
 
 
 class PausedSchema(ma.Schema):

@@ -71,8 +71,12 @@ def ops_queue_action(name: str, action: str):
     _admin()
     if action not in ("pause", "resume"):
         raise ApiError("Unknown action.")
-    operations.set_paused(services().broker, name, action == "pause")
-    flash(f"Queue {name} {'paused' if action == 'pause' else 'resumed'}.", "info")
+    try:
+        operations.set_paused(services().broker, name, action == "pause")
+    except operations.PauseUnavailable as e:
+        flash(e.message, "error")
+    else:
+        flash(f"Queue {name} {'paused' if action == 'pause' else 'resumed'}.", "info")
     return redirect(url_for("ui.ops_queues"))
 
 

@@ -117,6 +117,21 @@ class Deployment:
         with self.engine.begin() as conn:
             conn.execute(text(sql), params)
 
+    def assert_every_job_succeeded_once(self, runs_table: str, jobs: int) -> None:
+        """*jobs* jobs, all succeeded; one domain row in *runs_table* per job and per ``n``; one success event each."""
+        assert self.scalar("SELECT count(*) FROM jobs") == jobs
+        assert self.scalar("SELECT count(*) FROM jobs WHERE status = 'succeeded'") == jobs
+        assert self.scalar(f"SELECT count(DISTINCT job_id) FROM {runs_table}") == jobs
+        assert self.scalar(f"SELECT count(DISTINCT n) FROM {runs_table}") == jobs
+        assert self.rows(f"SELECT job_id FROM {runs_table} GROUP BY job_id HAVING count(*) > 1") == []
+        assert (
+            self.rows(
+                "SELECT job_id FROM job_events WHERE type = 'status' AND data LIKE '%\"succeeded\"%' "
+                "GROUP BY job_id HAVING count(*) <> 1"
+            )
+            == []
+        )
+
     def logs(self) -> str:
         return "\n".join(
             f"== {p.name}\n{p.read_text(errors='replace')[-3000:]}" for p in sorted(self.tmp_path.glob("*.log"))
@@ -239,22 +254,6 @@ def submit_chaos(d: Deployment, c: Client, count: int) -> None:
                     session, owner_id="chaos", kind="acc_chaos", payload={"n": n}, max_attempts=20,
                     registry=c.registry, settings=c.settings,
                 )  # fmt: skip
-
-
-def assert_chaos_ran_once(d: Deployment, count: int) -> None:
-    """All *count* acc_chaos jobs succeeded, each result transaction and succeeded event exactly once."""
-    assert d.scalar("SELECT count(*) FROM jobs") == count
-    assert d.scalar("SELECT count(*) FROM jobs WHERE status = 'succeeded'") == count
-    assert d.scalar("SELECT count(DISTINCT job_id) FROM chaos_runs") == count
-    assert d.rows("SELECT job_id FROM chaos_runs GROUP BY job_id HAVING count(*) > 1") == []
-    assert (
-        d.rows(
-            "SELECT job_id FROM job_events WHERE type = 'status' AND data LIKE '%\"succeeded\"%' "
-            "GROUP BY job_id HAVING count(*) <> 1"
-        )
-        == []
-    )
-    assert d.scalar("SELECT count(DISTINCT n) FROM chaos_runs") == count
 
 
 @dataclass

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from .procs import assert_chaos_ran_once, client, deployment, submit_chaos, wait_for
+from .procs import client, deployment, submit_chaos, wait_for
 
 JOBS = int(os.environ.get("TENURE_CHAOS_JOBS", "5000"))
 #: Seconds between SIGKILLs of the first worker.
@@ -43,7 +43,7 @@ def test_chaos_every_job_completes_exactly_once(backend: str, tmp_path: Path) ->
         # Then: every job succeeded, each result row exactly once, none lost
         wait_for("all jobs terminal", lambda: d.scalar("SELECT count(*) FROM jobs WHERE status = 'succeeded'") == JOBS,
                  30, d)  # fmt: skip
-        assert_chaos_ran_once(d, JOBS)
+        d.assert_every_job_succeeded_once("chaos_runs", JOBS)
         assert kills >= 1
         retried = d.scalar("SELECT count(*) FROM jobs WHERE attempt > 1")
         print(f"chaos: {JOBS} jobs, {kills} SIGKILLs, {retried} jobs needed more than one attempt")

@@ -10,89 +10,28 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import dramatiq
 import pytest
 import yaml
-from prometheus_client.parser import text_string_to_metric_families
 
 from broker import SQLiteBroker
 from monitoring.exposition import live_gauge_pids, pid_alive, prepare_multiproc_dir
 
+from .support import ROOT, Processes, Prometheus, Samples, scrape, start_prometheus, wait_for
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
-ROOT = Path(__file__).resolve().parents[3]
 MONITORING = ROOT / "monitoring"
-WAIT_S = 30.0
-
-
-# -- processes ----------------------------------------------------------------------------------------
-
-
-@dataclass
-class Processes:
-    """Processes this test started; each in its own session so a leftover child can be killed by group."""
-
-    logs: Path
-    started: list[subprocess.Popen[bytes]] = field(default_factory=list)
-
-    def start(self, name: str, args: list[str], env: dict[str, str], **kwargs: object) -> subprocess.Popen[bytes]:
-        log = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process
-        proc = subprocess.Popen(
-            args, env=env, cwd=str(ROOT), stdout=log, stderr=subprocess.STDOUT, start_new_session=True, **kwargs
-        )
-        log.close()
-        self.started.append(proc)
-        return proc
-
-    def stop(self, proc: subprocess.Popen[bytes], timeout: float = 15.0) -> None:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                pass
-        try:  # children of a process we started (dramatiq worker processes, gunicorn workers)
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait(timeout)
-
-    def stop_all(self) -> None:
-        for proc in reversed(self.started):
-            self.stop(proc)
-
-    def log(self, name: str) -> str:
-        path = self.logs / f"{name}.log"
-        return path.read_text(errors="replace")[-3000:] if path.exists() else ""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for(predicate: Callable[[], object], what: str, timeout: float = WAIT_S) -> object:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = predicate()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.1)
 
 
 # -- the running stack ----------------------------------------------------------------------------------
@@ -106,7 +45,7 @@ class Stack:
     signals: Path
     broker: SQLiteBroker
     metrics_url: str
-    prometheus_url: str
+    prometheus: Prometheus
     gunicorn: subprocess.Popen[bytes]
 
     def start_worker(self, name: str, queues: list[str]) -> subprocess.Popen[bytes]:
@@ -116,50 +55,25 @@ class Stack:
     def consumers(self, queue: str) -> int:
         return sum(1 for p in self.broker.processes() if queue in p["queues"].split(","))
 
-    def scrape(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-        with urllib.request.urlopen(self.metrics_url, timeout=10) as resp:
-            text = resp.read().decode()
-        return {
-            (s.name, tuple(sorted(s.labels.items()))): s.value
-            for f in text_string_to_metric_families(text)
-            for s in f.samples
-        }
+    def scrape(self) -> Samples:
+        return scrape(self.metrics_url)
+
+    @property
+    def prometheus_url(self) -> str:
+        return self.prometheus.url
 
     def query(self, expr: str) -> list[tuple[dict[str, str], float]]:
-        url = f"{self.prometheus_url}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
-        with urllib.request.urlopen(url, timeout=10) as resp:
-            data = json.load(resp)
-        assert data["status"] == "success", data
-        if data["data"]["resultType"] == "scalar":
-            return [({}, float(data["data"]["result"][1]))]
-        return [(r["metric"], float(r["value"][1])) for r in data["data"]["result"]]
+        return self.prometheus.query(expr)
 
     def value(self, expr: str) -> float | None:
-        result = self.query(expr)
-        assert len(result) <= 1, result
-        return result[0][1] if result else None
+        return self.prometheus.value(expr)
 
     def wait_value(self, expr: str, check: Callable[[float], bool], what: str = "") -> float:
-        """Poll Prometheus until *expr* has one value that passes *check*; that value."""
-        last: list[float | None] = [None]
-
-        def ok() -> bool:
-            last[0] = self.value(expr)
-            return last[0] is not None and check(last[0])
-
-        try:
-            wait_for(ok, what or expr)
-        except AssertionError:
-            raise AssertionError(f"timed out waiting for {what or expr}; last value {last[0]}") from None
-        assert last[0] is not None
-        return last[0]
+        return self.prometheus.wait_value(expr, check, what)
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    prometheus = shutil.which("prometheus")
-    if prometheus is None:
-        pytest.skip("prometheus not installed (scripts/install_prometheus.sh)")
     tmp = tmp_path_factory.mktemp("tenure-prom")
     (tmp / "logs").mkdir()
     procs = Processes(tmp / "logs")
@@ -203,25 +117,13 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         metrics_url = f"http://127.0.0.1:{port}/metrics"
 
         # Prometheus: 1 s scrapes, Tenure's alert rules loaded, data in tmp
-        prom_port = free_port()
-        config = {
-            "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
-            "rule_files": [str(MONITORING / "prometheus" / "alerts.yml")],
-            "scrape_configs": [{"job_name": "tenure", "static_configs": [{"targets": [f"127.0.0.1:{port}"]}]}],
-        }
-        (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
-        procs.start(
-            "prometheus",
-            [
-                prometheus,
-                f"--config.file={tmp / 'prometheus.yml'}",
-                f"--storage.tsdb.path={tmp / 'tsdb'}",
-                f"--web.listen-address=127.0.0.1:{prom_port}",
-                "--log.level=warn",
-            ],
-            env,
+        prometheus = start_prometheus(
+            procs,
+            tmp,
+            [{"job_name": "tenure", "static_configs": [{"targets": [f"127.0.0.1:{port}"]}]}],
+            rule_files=[MONITORING / "prometheus" / "alerts.yml"],
         )
-        s = Stack(procs, env, prom_dir, signals, broker, metrics_url, f"http://127.0.0.1:{prom_port}", gunicorn)
+        s = Stack(procs, env, prom_dir, signals, broker, metrics_url, prometheus, gunicorn)
 
         def prometheus_sees_tenure() -> bool:
             try:
