@@ -10,13 +10,14 @@ from .factory import make_broker
 from .rate_limits import SQLiteRateLimiterBackend
 from .results import SQLiteResultBackend
 from .sqlite import DEFAULT_LEASE_TTL_MS, DEFAULT_URL, SQLiteBroker
-from .store import SCHEMA_VERSION, schema_sql
+from .store import SCHEMA_VERSION, DeadMatch, schema_sql
 
 __all__ = [
     "DEFAULT_LEASE_TTL_MS",
     "DEFAULT_URL",
     "SCHEMA_VERSION",
     "DatabaseUnavailable",
+    "DeadMatch",
     "LeaseLost",
     "SQLiteBroker",
     "SQLiteRateLimiterBackend",

@@ -28,7 +28,7 @@ from .connection import SQLiteTarget, parse_sqlite_url
 from .consumer import PrefetchSlots, SQLiteMessageProxy, _SQLiteConsumer
 from .errors import UnsupportedDatabase
 from .leases import LeaseKeeper
-from .store import DeadLetter, MessageStore, QueueStats
+from .store import DeadLetter, DeadMatch, MessageStore, QueueStats
 from .wakeup import Listener, LocalWaiters, Nudger, namespace_for
 
 T = TypeVar("T")
@@ -435,12 +435,12 @@ class SQLiteBroker(Broker):
             self.store.queue_set_paused(conn, q_name(queue_name), paused, current_millis())
 
     def dead_letters_list(
-        self, queue_name: str | None = None, *, limit: int = 100, after_id: int = 0
+        self, queue_name: str | None = None, *, limit: int = 100, after_id: int = 0, actor: str | None = None
     ) -> list[DeadLetter]:
-        """Dead letters, oldest first, for one queue or all."""
+        """Dead letters, oldest first, for one queue or all (and one actor or all)."""
         self._ready()
         with self.store.read() as conn:
-            return self.store.dead_list(conn, queue_name and q_name(queue_name), limit, after_id)
+            return self.store.dead_list(conn, queue_name and q_name(queue_name), limit, after_id, actor)
 
     def replay_dead(self, queue_name: str, ids: Sequence[int] | None = None) -> int:
         """Move dead letters of *queue_name* (all, or the given row ids) back to READY."""
@@ -457,6 +457,32 @@ class SQLiteBroker(Broker):
         self._ready()
         with self.store.write() as conn:
             return self.store.dead_delete(conn, q_name(queue_name), ids)
+
+    def dead_letters_match(self, match: DeadMatch, *, limit: int) -> tuple[int, list[int]]:
+        """How many dead letters *match* selects, and the row ids of the oldest *limit* of them."""
+        self._ready()
+        match = self._canonical(match)
+        with self.store.read() as conn:
+            return self.store.dead_match_count(conn, match), self.store.dead_match_ids(conn, match, limit)
+
+    def replay_dead_matching(self, match: DeadMatch, *, limit: int) -> int:
+        """Move the oldest *limit* dead letters *match* selects back to READY (any queue); how many moved."""
+        self._ready()
+        with self.store.write() as conn:
+            queues = self.store.dead_replay_matching(conn, self._canonical(match), limit, current_millis())
+        if queues:
+            self.wake(set(queues))
+        return len(queues)
+
+    def purge_dead_matching(self, match: DeadMatch, *, limit: int) -> int:
+        """Delete the oldest *limit* dead letters *match* selects; how many were deleted."""
+        self._ready()
+        with self.store.write() as conn:
+            return self.store.dead_delete_matching(conn, self._canonical(match), limit)
+
+    @staticmethod
+    def _canonical(match: DeadMatch) -> DeadMatch:
+        return dataclasses.replace(match, queue=match.queue and q_name(match.queue))
 
     def purge_dead(self, older_than_ms: int | None = None) -> int:
         """Delete dead letters older than ``older_than_ms`` (default: the dead-letter TTL)."""

@@ -62,6 +62,24 @@ class DeadLetter:
 
 
 @dataclass(frozen=True)
+class DeadMatch:
+    """Which dead letters a bulk replay or purge takes (every given condition must hold).
+
+    Attributes:
+      queue: Canonical queue name (None: every queue).
+      actor: Actor name (None: every actor).
+      dead_before: Dead-lettered before this instant, epoch ms (None: whenever).
+      through_id: Row id at most this, so that an action confirmed after a dry run takes only what the
+        dry run counted, not letters that died since (None: no bound).
+    """
+
+    queue: str | None = None
+    actor: str | None = None
+    dead_before: int | None = None
+    through_id: int | None = None
+
+
+@dataclass(frozen=True)
 class QueueStats:
     queue: str
     ready: int
@@ -380,11 +398,14 @@ class MessageStore:
         return conn.execute("DELETE FROM broker_messages WHERE state = 2 AND dead_at < ?", (dead_before,)).rowcount
 
     @staticmethod
-    def dead_list(conn: sqlite3.Connection, queue: str | None, limit: int, after_id: int = 0) -> list[DeadLetter]:
+    def dead_list(
+        conn: sqlite3.Connection, queue: str | None, limit: int, after_id: int = 0, actor: str | None = None
+    ) -> list[DeadLetter]:
         rows = conn.execute(
             "SELECT id, queue, message_id, actor, dead_at, dead_reason, deliveries, body FROM broker_messages "
-            "WHERE state = 2 AND (:queue IS NULL OR queue = :queue) AND id > :after ORDER BY id LIMIT :limit",
-            {"queue": queue, "after": after_id, "limit": limit},
+            "WHERE state = 2 AND (:queue IS NULL OR queue = :queue) AND (:actor IS NULL OR actor = :actor) "
+            "AND id > :after ORDER BY id LIMIT :limit",
+            {"queue": queue, "actor": actor, "after": after_id, "limit": limit},
         ).fetchall()
         return [DeadLetter(*r) for r in rows]
 
@@ -394,6 +415,50 @@ class MessageStore:
         if ids is None:
             return conn.execute(sql, (queue,)).rowcount
         return sum(conn.execute(sql + " AND id = ?", (queue, i)).rowcount for i in ids)
+
+    def _dead_matching(match: DeadMatch, limit: int) -> tuple[str, dict[str, object]]:
+        """The ids of the oldest *limit* dead letters *match* selects, as a sub-query and its parameters."""
+        return (
+            "SELECT id FROM broker_messages WHERE state = 2 AND (:queue IS NULL OR queue = :queue) "
+            "AND (:actor IS NULL OR actor = :actor) AND (:before IS NULL OR dead_at < :before) "
+            "AND (:through IS NULL OR id <= :through) ORDER BY id LIMIT :limit",
+            {
+                "queue": match.queue,
+                "actor": match.actor,
+                "before": match.dead_before,
+                "through": match.through_id,
+                "limit": limit,
+            },
+        )
+
+    @staticmethod
+    def dead_match_count(conn: sqlite3.Connection, match: DeadMatch) -> int:
+        """How many dead letters *match* selects."""
+        sub, params = MessageStore._dead_matching(match, -1)
+        return int(conn.execute(f"SELECT count(*) FROM ({sub})", params).fetchone()[0])
+
+    @staticmethod
+    def dead_match_ids(conn: sqlite3.Connection, match: DeadMatch, limit: int) -> list[int]:
+        """The row ids of the oldest *limit* dead letters *match* selects, ascending."""
+        sub, params = MessageStore._dead_matching(match, limit)
+        return [r[0] for r in conn.execute(sub, params).fetchall()]
+
+    @staticmethod
+    def dead_replay_matching(conn: sqlite3.Connection, match: DeadMatch, limit: int, now: int) -> list[str]:
+        """Move the oldest *limit* dead letters *match* selects back to READY; their queues, one per row."""
+        sub, params = MessageStore._dead_matching(match, limit)
+        rows = conn.execute(
+            "UPDATE broker_messages SET state = 0, eta = :now, deliveries = 0, dead_at = NULL, dead_reason = NULL "
+            f"WHERE id IN ({sub}) RETURNING queue",
+            {**params, "now": now},
+        ).fetchall()
+        return [r[0] for r in rows]
+
+    @staticmethod
+    def dead_delete_matching(conn: sqlite3.Connection, match: DeadMatch, limit: int) -> int:
+        """Delete the oldest *limit* dead letters *match* selects."""
+        sub, params = MessageStore._dead_matching(match, limit)
+        return conn.execute(f"DELETE FROM broker_messages WHERE id IN ({sub})", params).rowcount
 
     @staticmethod
     def dead_replay(conn: sqlite3.Connection, queue: str, ids: Sequence[int] | None, now: int) -> int:

@@ -70,7 +70,8 @@ def _read(engine: Engine) -> Connection:
     return engine.connect().execution_options(tenure_readonly=True)
 
 
-#: When a change takes effect.
+#: When a change takes effect. AT_ONCE: applied by the process that saves it, before the save answers.
+AT_ONCE = "at once"
 NEXT_JOB = "next job"
 NEXT_BOUNDARY = "next boundary"
 RESTART = "restart"
@@ -110,7 +111,7 @@ class SettingSpec:
       key: The key, or a pattern with ``<name>`` (``queues.<name>.paused``).
       type: ``bool``, ``int`` or ``str``.
       default: Value when neither the environment nor a save sets it (None: the component's own default).
-      effect: :data:`NEXT_JOB`, :data:`NEXT_BOUNDARY` or :data:`RESTART`.
+      effect: :data:`AT_ONCE`, :data:`NEXT_JOB`, :data:`NEXT_BOUNDARY` or :data:`RESTART`.
       help: One line for the UI and docs.
       secret: Write-only: shown as ``{"set": bool}``.
       nullable: ``null`` is a valid saved value.
@@ -168,14 +169,14 @@ CATALOGUE: tuple[SettingSpec, ...] = (
         "queues.<name>.paused",
         "bool",
         False,
-        NEXT_BOUNDARY,
+        AT_ONCE,
         "Pause claims on the queue: applied on the broker when saved; workers stop at their next claim.",
     ),
     SettingSpec(
         "schedules.<name>.paused",
         "bool",
         False,
-        NEXT_BOUNDARY,
+        AT_ONCE,
         "Pause the schedule: applied when saved; no scheduler fires it from its next tick.",
     ),
     SettingSpec(

@@ -55,6 +55,9 @@ def create_app(test_config: dict[str, Any] | None = None) -> Flask:
     """Build the Flask app: config, services, extensions, blueprints, error handlers."""
     app = Flask(__name__, instance_relative_config=False)
     app.config.from_mapping(DEFAULTS)
+    # JSON answers and the pages' ``tojson`` keep non-ASCII text as text ("录制", not "\u5f55\u5236");
+    # the bodies are UTF-8, and tojson still escapes what HTML would read (<, >, &, ').
+    app.json.ensure_ascii = False  # type: ignore[attr-defined]
     app.config.from_prefixed_env("TENURE_WEB")
     if test_config:
         app.config.from_mapping(test_config)

@@ -149,14 +149,54 @@ class ActivityBucket:
 
 
 @dataclass(frozen=True)
+class FireView:
+    """One recorded fire of a schedule and what else happened to its tick.
+
+    ``cause``: ``schedule`` (on time), ``catchup`` (late, after downtime) or ``manual`` (run now).
+    ``duplicates``: other attempts at this tick that were refused because it had fired.
+    ``skipped``: scheduled ticks before this one that never fired (catch-up policy or grace window),
+    the earliest at ``skipped_from``; with ``skipped_more``, more than ``skipped`` (counting stopped).
+    """
+
+    tick: datetime
+    cause: str
+    fired_at: datetime
+    due_at: datetime
+    fired_by: str
+    job_id: str | None = None
+    message_id: str | None = None
+    duplicates: int = 0
+    skipped: int = 0
+    skipped_more: bool = False
+    skipped_from: datetime | None = None
+
+
+@dataclass(frozen=True)
 class ScheduleView:
+    """A schedule: its declaration, its state and its newest fires (newest first).
+
+    ``next_fire_at`` is the next tick that will fire: None while paused or when no longer declared.
+    ``kind`` is the actor it sends a message to, or with ``job_kind`` the trigger of a job schedule.
+    """
+
     name: str
     cron: str
     kind: str | None = None
+    job_kind: str | None = None
     next_fire_at: datetime | None = None
     last_fire_at: datetime | None = None
     paused: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
+    paused_by: str | None = None
+    paused_at: datetime | None = None
+    queue: str | None = None
+    declared: bool = True
+    catchup: str | None = None
+    grace_s: float | None = None
+    jitter_s: float | None = None
+    #: Delivery delay after each tick that this schedule's jitter picked.
+    jitter_offset_s: float = 0.0
+    max_staleness_s: float | None = None
+    fires: tuple[FireView, ...] = ()
 
 
 class CursorExpired(Exception):

@@ -17,6 +17,7 @@ import random
 import threading
 import time
 from collections import deque
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,7 @@ from .gateway import (
     CursorExpired,
     EventView,
     FieldSpec,
+    FireView,
     JobQuery,
     JobView,
     KindInfo,
@@ -295,9 +297,10 @@ class JobLayerGateway:
             return []
         try:
             views = scheduling.schedules(self.broker)
+            history = scheduling.history(broker=self.broker)
         except Exception:  # no scheduler configured in this process
             return []
-        return [_schedule_view(v) for v in views]
+        return [_schedule_view(v, history.get(v.name, ())) for v in views]
 
     def run_schedule_now(self, name, *, owner_id):  # type: ignore[no-untyped-def]
         scheduling = _scheduling()
@@ -332,19 +335,48 @@ def _scheduling():  # type: ignore[no-untyped-def]
     return scheduling
 
 
-def _schedule_view(v: Any) -> ScheduleView:
-    def dt(value: Any) -> datetime | None:
-        if value is None or isinstance(value, datetime):
-            return value
-        return datetime.fromtimestamp(value / 1000, UTC)
+def _schedule_view(v: Any, fires: Sequence[Any] = ()) -> ScheduleView:
+    """A ``tasks.scheduling.ScheduleView`` and its newest fire rows as the web layer's view."""
+
+    def at(ms: int) -> datetime:
+        return datetime.fromtimestamp(ms / 1000, UTC)
+
+    def dt(ms: int | None) -> datetime | None:
+        return None if ms is None else at(ms)
 
     return ScheduleView(
-        name=str(getattr(v, "name", "?")),
-        cron=str(getattr(v, "describe", None) or getattr(v, "spec", None) or getattr(v, "cron", "")),
-        kind=getattr(v, "actor_name", None),
-        next_fire_at=dt(getattr(v, "next_fire_ms", None) or getattr(v, "next_fire_at", None)),
-        last_fire_at=dt(getattr(v, "last_fire_ms", None) or getattr(v, "last_fire_at", None)),
-        paused=bool(getattr(v, "paused", False)),
+        name=v.name,
+        cron=v.spec,
+        kind=v.actor_name,
+        job_kind=v.job_kind,
+        next_fire_at=dt(v.next_fire_ms),
+        last_fire_at=dt(v.last_fire_ms),
+        paused=v.paused,
+        paused_by=v.paused_by,
+        paused_at=dt(v.paused_at),
+        queue=v.queue_name,
+        declared=v.declared,
+        catchup=v.catchup,
+        grace_s=v.grace_s,
+        jitter_s=v.jitter_s,
+        jitter_offset_s=v.jitter_offset_ms / 1000,
+        max_staleness_s=v.max_staleness_s,
+        fires=tuple(
+            FireView(
+                tick=at(f.fire_time),
+                cause=f.cause,
+                fired_at=at(f.fired_at),
+                due_at=at(f.due_at),
+                fired_by=f.fired_by,
+                job_id=f.job_id,
+                message_id=f.message_id,
+                duplicates=f.duplicates,
+                skipped=f.skipped - f.skipped_more,
+                skipped_more=f.skipped_more,
+                skipped_from=dt(f.skipped_from),
+            )
+            for f in fires
+        ),
     )
 
 

@@ -1,4 +1,5 @@
-"""Operators' view of the broker (queues, dead letters, workers) as plain dicts for the API and UI.
+"""Operators' view of the broker (queues, workers) as plain dicts for the API and UI (dead letters:
+:mod:`webapp.dead_letters`).
 
 Queue depth comes from each broker's own counters (:mod:`broker.depth`: SQLite, Redis, RabbitMQ).
 Pausing a queue, dead letters and the worker list are SQLite broker operations; with Redis/RabbitMQ
@@ -24,11 +25,11 @@ class PauseUnavailable(Conflict):
     code = "pause_unavailable"
 
 
-def _ts(ms: int | float | None) -> datetime | None:
+def from_ms(ms: int | float | None) -> datetime | None:
     return datetime.fromtimestamp(ms / 1000, UTC) if ms else None
 
 
-def _need(broker: Any, name: str) -> Any:
+def require_operation(broker: Any, name: str) -> Any:
     method = getattr(broker, name, None)
     if method is None:
         raise Unavailable(f"The {type(broker).__name__} has no {name.replace('_', ' ')} operation.")
@@ -104,31 +105,9 @@ def set_paused(broker: Any, queue: str, paused: bool) -> dict[str, Any]:
     return {"queue": queue, "paused": paused}
 
 
-def dead_letters(broker: Any, queue: str | None, *, after_id: int, limit: int) -> list[dict[str, Any]]:
-    rows = _need(broker, "dead_letters_list")(queue, limit=limit, after_id=after_id)
-    return [
-        {
-            "id": d.id,
-            "queue": d.queue,
-            "message_id": d.message_id,
-            "actor": d.actor,
-            "reason": d.reason,
-            "deliveries": d.deliveries,
-            "dead_at": _ts(d.dead_at),
-        }
-        for d in rows
-    ]
-
-
-def replay(broker: Any, queue: str, ids: list[int] | None) -> int:
-    if queue not in known_queues(broker):
-        raise NotFound(f"No queue named {queue!r}.")
-    return int(_need(broker, "replay_dead")(queue, ids))
-
-
 def workers(broker: Any) -> list[dict[str, Any]]:
     out = []
-    for p in _need(broker, "processes")():
+    for p in require_operation(broker, "processes")():
         raw = p.get("queues") or []
         if isinstance(raw, str):
             try:
@@ -141,8 +120,8 @@ def workers(broker: Any) -> list[dict[str, Any]]:
                 "host": p.get("host"),
                 "pid": p.get("pid"),
                 "queues": sorted(str(q) for q in raw),
-                "started_at": _ts(p.get("started_at")),
-                "heartbeat_at": _ts(p.get("heartbeat_at")),
+                "started_at": from_ms(p.get("started_at")),
+                "heartbeat_at": from_ms(p.get("heartbeat_at")),
                 "leased": int(p.get("leased") or 0),
             }
         )
@@ -162,10 +141,10 @@ def worker_slots(rows: list[Any]) -> list[dict[str, Any]]:
             "restarts": r.restarts,
             "crashes": r.crashes,
             "last_exit": r.last_exit,
-            "last_exit_at": _ts(r.last_exit_at),
-            "restart_at": _ts(r.restart_at),
-            "started_at": _ts(r.started_at),
-            "heartbeat_at": _ts(r.heartbeat_at),
+            "last_exit_at": from_ms(r.last_exit_at),
+            "restart_at": from_ms(r.restart_at),
+            "started_at": from_ms(r.started_at),
+            "heartbeat_at": from_ms(r.heartbeat_at),
         }
         for r in rows
     ]

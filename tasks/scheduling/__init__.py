@@ -15,7 +15,7 @@ Declare the periodiq way, with Tenure's declarations::
     schedule_job("report", cron("0 6 * * 1"), payload={"scope": "weekly"})   # a job per tick
 
 and run any number of ``periodiq tasks:compose`` processes: each tick fires once. The web UI calls
-:func:`schedules`, :func:`pause`, :func:`resume` and :func:`run_now`.
+:func:`schedules`, :func:`history`, :func:`pause`, :func:`resume` and :func:`run_now`.
 """
 
 from __future__ import annotations
@@ -34,6 +34,11 @@ from .store import FireRecord
 def schedules(broker: Broker | None = None) -> list[ScheduleView]:
     """Every schedule with its state (for the UI). Uses the global broker by default."""
     return scheduler_for(broker or dramatiq.get_broker()).list()
+
+
+def history(per_schedule: int = 10, broker: Broker | None = None) -> dict[str, list[FireRecord]]:
+    """The newest fires of every schedule (for the UI); see :meth:`Scheduler.history`."""
+    return scheduler_for(broker or dramatiq.get_broker()).history(per_schedule)
 
 
 def pause(name: str, *, by: str | None = None, broker: Broker | None = None) -> bool:
@@ -65,6 +70,7 @@ __all__ = [
     "configure",
     "cron",
     "every",
+    "history",
     "install",
     "pause",
     "resume",

@@ -98,6 +98,16 @@ def cron_ticks(expr: str, tz: ZoneInfo, after_ms: int, until_ms: int, limit: int
     return list(kept) if limit > 0 else []
 
 
+def cron_count(expr: str, tz: ZoneInfo, after_ms: int, until_ms: int, cap: int) -> int:
+    """How many cron instants lie in ``(after_ms, until_ms]``, counting at most *cap* + 1 of them."""
+    count = 0
+    for tick in _cron_iter(expr, tz, after_ms):
+        if tick > until_ms or count > cap:
+            break
+        count += 1
+    return count
+
+
 def cron_next(expr: str, tz: ZoneInfo, after_ms: int) -> int | None:
     """The first cron instant strictly after *after_ms* (None if there is none within 50 years)."""
     return next(_cron_iter(expr, tz, after_ms), None)
@@ -125,6 +135,13 @@ def interval_ticks(period_ms: int, offset_ms: int, after_ms: int, until_ms: int,
     first = (after_ms - offset_ms) // period_ms + 1
     first = max(first, last - limit + 1)
     return [k * period_ms + offset_ms for k in range(first, last + 1)]
+
+
+def interval_count(period_ms: int, offset_ms: int, after_ms: int, until_ms: int) -> int:
+    """How many instants ``k * period + offset`` lie in ``(after_ms, until_ms]``."""
+    if until_ms <= after_ms:
+        return 0
+    return (until_ms - offset_ms) // period_ms - (after_ms - offset_ms) // period_ms
 
 
 def interval_next(period_ms: int, offset_ms: int, after_ms: int) -> int:

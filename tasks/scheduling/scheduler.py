@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from dramatiq.broker import Broker
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.orm import Session
 
 from broker import SQLiteBroker
@@ -84,6 +84,8 @@ class ScheduleView:
     actor_name: str | None
     queue_name: str | None
     spec: str
+    #: The job kind a ``schedule_job`` schedule submits on each tick (None: it sends its actor's message).
+    job_kind: str | None
     catchup: str | None
     grace_s: float | None
     jitter_s: float | None
@@ -93,7 +95,10 @@ class ScheduleView:
     paused_at: int | None
     paused_by: str | None
     last_fire_ms: int | None
+    #: The next tick that will fire: None while paused (or when the schedule is no longer declared).
     next_fire_ms: int | None
+    #: This schedule's delivery offset after each tick (``jitter_s`` picks it once per schedule).
+    jitter_offset_ms: int = 0
 
 
 class Scheduler:
@@ -243,14 +248,15 @@ class Scheduler:
         if spec.job is not None:
             return self._fire_job(spec, tick, due, cause, now, next_tick)
         message = self._message(spec, tick, due, cause)
-        record = FireRecord(name, tick, cause, message.message_id, None, due, self.owner, now)
         delay = max(0, due - now) or None
         # The broker checks its schema in its own write transaction on first use: before ours.
         prepare_broker(self.broker, message.queue_name)
         try:
             with db.write(self.engine) as tx:
-                if not store.schedule_claim_tick(tx.conn, name, tick, now):
+                skipped = self._claim(tx.conn, spec, tick, now)
+                if skipped is None:
                     return None  # fired by another process (or paused meanwhile)
+                record = FireRecord(name, tick, cause, message.message_id, None, due, self.owner, now, 0, *skipped)
                 if not store.fire_insert(tx.conn, record):
                     raise _TickTaken
                 if next_tick is not None:
@@ -275,7 +281,8 @@ class Scheduler:
         try:
             with Session(self.engine) as session, session.begin():
                 conn = session.connection()
-                if not store.schedule_claim_tick(conn, name, tick, now):
+                skipped = self._claim(conn, spec, tick, now)
+                if skipped is None:
                     return None
                 # The key makes the job itself unique per tick too, whatever happens to fire rows.
                 job = submit(
@@ -286,7 +293,7 @@ class Scheduler:
                     idempotency_key=f"schedule:{name}:{tick}",
                     delay=max(0, due - now) / 1000,
                 )
-                record = FireRecord(name, tick, cause, None, job.id, due, self.owner, now)
+                record = FireRecord(name, tick, cause, None, job.id, due, self.owner, now, 0, *skipped)
                 if not store.fire_insert(conn, record):
                     raise _TickTaken
                 if next_tick is not None:
@@ -295,6 +302,21 @@ class Scheduler:
             return None
         logger.info("Schedule %s fired tick %s (%s) as job %s.", name, _iso(tick), cause, record.job_id)
         return record
+
+    def _claim(self, conn: Connection, spec: Schedule, tick: int, now: int) -> tuple[int, int | None] | None:
+        """Move the fence past *tick* in the fire's transaction.
+
+        Returns:
+          ``(skipped, skipped_from)``: the scheduled ticks between the previous fence and *tick* that
+          never fired (the catch-up policy or the grace window dropped them). None when the fence
+          refused the tick; a tick that another process fired counts one duplicate on its fire row.
+        """
+        name = spec.schedule_name
+        state = store.schedule_lock(conn, name)
+        if state is None or not store.schedule_claim_tick(conn, name, tick, now):
+            store.fire_note_duplicate(conn, name, tick)
+            return None
+        return spec.skipped_before(state.lower_ms, tick, store.MAX_SKIPPED_COUNTED)
 
     def _message(self, spec: Schedule, tick: int, due: int, cause: str):  # type: ignore[no-untyped-def]
         actor = self.broker.get_actor(spec.binding.actor_name)
@@ -409,6 +431,7 @@ class Scheduler:
                     actor_name=binding.actor_name if binding else None,
                     queue_name=binding.queue_name if binding else None,
                     spec=spec.describe() if spec is not None else (state.spec if state and state.spec else ""),
+                    job_kind=spec.job.kind if spec is not None and spec.job is not None else None,
                     catchup=spec.catchup if spec else None,
                     grace_s=spec.grace_s if spec else None,
                     jitter_s=spec.jitter_s if spec else None,
@@ -419,6 +442,7 @@ class Scheduler:
                     paused_by=state.paused_by if state else None,
                     last_fire_ms=state.last_fire_ms if state else None,
                     next_fire_ms=_next_fire_ms(spec, state, now),
+                    jitter_offset_ms=spec.jitter_ms() if spec is not None else 0,
                 )
             )
         return views
@@ -427,6 +451,14 @@ class Scheduler:
         """Recorded fires, newest first, of one schedule or all."""
         with db.read(self.engine) as conn:
             return store.fire_list(conn, name, limit)
+
+    def history(self, per_schedule: int = 10) -> dict[str, list[FireRecord]]:
+        """The newest *per_schedule* fires of every schedule, newest first, by schedule name."""
+        found: dict[str, list[FireRecord]] = {}
+        with db.read(self.engine) as conn:
+            for record in store.fire_list_recent(conn, per_schedule):
+                found.setdefault(record.schedule, []).append(record)
+        return found
 
     def refresh(self, now: int | None = None) -> int:
         """Write every declared schedule's row and declared text (the view the UI reads).
@@ -457,10 +489,15 @@ class Scheduler:
 
 
 def _next_fire_ms(spec: Schedule | None, state: ScheduleState | None, now: int) -> int | None:
-    """The next tick as the schedulers planned it; the declaration's next tick before any scheduler did."""
+    """The next tick as the schedulers planned it (in the past when none runs: overdue); before any
+    scheduler did, the declaration's next tick the fence lets through. None while paused."""
+    if state is not None and state.paused:
+        return None
     if state is not None and state.next_fire_ms is not None:
         return state.next_fire_ms
-    return spec.next_tick(now) if spec is not None else None
+    if spec is None:
+        return None
+    return spec.next_tick(max(now, state.lower_ms) if state is not None else now)
 
 
 def _settled_result(state: ScheduleState, tick: int) -> str:

@@ -111,6 +111,10 @@ class Schedule:
         """The first tick strictly after *after_ms*, or None if there is none."""
         raise NotImplementedError
 
+    def count_ticks(self, after_ms: int, until_ms: int, cap: int) -> int:
+        """How many ticks lie in ``(after_ms, until_ms]``; counting may stop past *cap* (then > cap)."""
+        raise NotImplementedError
+
     def describe(self) -> str:
         """The declaration as shown to people (``cron 0 3 * * * Europe/Paris``)."""
         raise NotImplementedError
@@ -132,6 +136,14 @@ class Schedule:
         after = max(lower_ms, now_ms - grace_ms - 1)
         limit = MAX_CATCHUP_FIRES if self.catchup == "all" else 1
         return self.ticks(after, now_ms, limit)
+
+    def skipped_before(self, lower_ms: int, tick: int, cap: int) -> tuple[int, int | None]:
+        """The ticks after *lower_ms* and before *tick* that never fired: (count, earliest).
+
+        The count stops at *cap* + 1 ("more than *cap*"); (0, None) when there are none.
+        """
+        count = min(self.count_ticks(lower_ms, tick - 1, cap), cap + 1)
+        return (count, self.next_tick(lower_ms)) if count else (0, None)
 
     def jitter_ms(self) -> int:
         """This schedule's delivery offset: stable across processes and restarts."""
@@ -227,6 +239,9 @@ class CronSchedule(Schedule):
     def next_tick(self, after_ms: int) -> int | None:
         return cronmath.cron_next(self._expr, self.zone, after_ms)
 
+    def count_ticks(self, after_ms: int, until_ms: int, cap: int) -> int:
+        return cronmath.cron_count(self._expr, self.zone, after_ms, until_ms, cap)
+
     def describe(self) -> str:
         return f"cron {self.expr} {self.zone.key}"
 
@@ -250,6 +265,9 @@ class IntervalSchedule(Schedule):
 
     def next_tick(self, after_ms: int) -> int | None:
         return cronmath.interval_next(self.period_ms, self.offset_ms, after_ms)
+
+    def count_ticks(self, after_ms: int, until_ms: int, cap: int) -> int:
+        return cronmath.interval_count(self.period_ms, self.offset_ms, after_ms, until_ms)
 
     def describe(self) -> str:
         text = f"every {self.period_ms / 1000:g}s"

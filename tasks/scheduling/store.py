@@ -11,7 +11,10 @@ Tables (created by the Alembic revision ``0003_schedules``; :data:`metadata` mir
   that came due (what ``TenureScheduleOverdue`` watches).
 - ``schedule_fires``: one row per fire, ``PRIMARY KEY (schedule, fire_time)``; ``fire_time`` is the
   nominal tick (UTC epoch ms, before jitter). Manual "run now" fires use the request instant,
-  nudged off whole seconds so it can never take a tick's key.
+  nudged off whole seconds so it can never take a tick's key. Each row also says what else happened
+  to its tick (revision ``0011``): ``duplicates`` counts the other attempts the fence refused, and
+  ``skipped``/``skipped_from`` the scheduled ticks before it that never fired (dropped by the catch-up
+  policy or the grace window after downtime).
 
 Invariants the queries keep:
 - a tick fires only inside the transaction that moves ``last_fire_ms`` forward past it, and that
@@ -32,6 +35,7 @@ from sqlalchemy import (
     CheckConstraint,
     Column,
     ForeignKeyConstraint,
+    Integer,
     MetaData,
     PrimaryKeyConstraint,
     SmallInteger,
@@ -43,6 +47,8 @@ from sqlalchemy import (
 from sqlalchemy.engine import Connection
 
 FIRE_CAUSES = ("schedule", "catchup", "manual")
+#: Skipped ticks counted per fire; a fire that skipped more records this plus one ("more than").
+MAX_SKIPPED_COUNTED = 1000
 
 metadata = MetaData()
 
@@ -75,6 +81,9 @@ schedule_fires_table = Table(
     Column("due_at", BigInteger, nullable=False),
     Column("fired_by", String(200), nullable=False),
     Column("fired_at", BigInteger, nullable=False),
+    Column("duplicates", Integer, nullable=False, server_default=text("0")),
+    Column("skipped", Integer, nullable=False, server_default=text("0")),
+    Column("skipped_from", BigInteger),
     PrimaryKeyConstraint("schedule", "fire_time", name="pk_schedule_fires"),
     ForeignKeyConstraint(
         ["schedule"], ["schedules.name"], name="fk_schedule_fires_schedule_schedules", ondelete="CASCADE"
@@ -106,7 +115,12 @@ class ScheduleState:
 
 @dataclass(frozen=True)
 class FireRecord:
-    """A ``schedule_fires`` row."""
+    """A ``schedule_fires`` row.
+
+    ``duplicates``: later attempts at this tick that the fence refused (another scheduler had fired it).
+    ``skipped``: scheduled ticks between the previous fence and this one that never fired (at most
+    :data:`MAX_SKIPPED_COUNTED` + 1, meaning "more"); ``skipped_from``: the earliest of them.
+    """
 
     schedule: str
     fire_time: int
@@ -116,12 +130,22 @@ class FireRecord:
     due_at: int
     fired_by: str
     fired_at: int
+    duplicates: int = 0
+    skipped: int = 0
+    skipped_from: int | None = None
+
+    @property
+    def skipped_more(self) -> bool:
+        """More ticks were skipped than were counted: at least :data:`MAX_SKIPPED_COUNTED` + 1."""
+        return self.skipped > MAX_SKIPPED_COUNTED
 
 
 _STATE_COLUMNS = (
     "name, paused, paused_at, paused_by, anchor_ms, last_fire_ms, spec, next_fire_ms, created_at, updated_at"
 )
-_FIRE_COLUMNS = "schedule, fire_time, cause, message_id, job_id, due_at, fired_by, fired_at"
+_FIRE_COLUMNS = (
+    "schedule, fire_time, cause, message_id, job_id, due_at, fired_by, fired_at, duplicates, skipped, skipped_from"
+)
 
 
 def _state(row: object) -> ScheduleState:
@@ -151,6 +175,17 @@ def schedule_list(conn: Connection) -> list[ScheduleState]:
     return [_state(r) for r in rows]
 
 
+def schedule_lock(conn: Connection, name: str) -> ScheduleState | None:
+    """Read *name*'s row for a fire decision in a write transaction (row-locked on PostgreSQL).
+
+    SQLite's write transaction already holds the database's write lock; PostgreSQL takes the row's
+    lock, so the fence read here is the one the claim that follows moves.
+    """
+    lock = " FOR UPDATE" if conn.dialect.name == "postgresql" else ""
+    row = conn.execute(text(f"SELECT {_STATE_COLUMNS} FROM schedules WHERE name = :name{lock}"), {"name": name}).first()
+    return _state(row) if row is not None else None
+
+
 def schedule_claim_tick(conn: Connection, name: str, fire_time: int, now_ms: int) -> bool:
     """The fence: move ``last_fire_ms`` to *fire_time* if the schedule runs and has not fired it or later.
 
@@ -170,15 +205,16 @@ def schedule_claim_tick(conn: Connection, name: str, fire_time: int, now_ms: int
 
 
 def schedule_set_paused(conn: Connection, name: str, paused: bool, now_ms: int, by: str | None) -> bool:
-    """Pause (or resume) *name*. Resuming re-anchors it: ticks missed while paused never fire.
+    """Pause (or resume) *name*. A paused schedule has no next fire (nothing is planned, nothing is
+    overdue); resuming re-anchors it: ticks missed while paused never fire.
 
     Returns:
       Whether the state changed.
     """
     if paused:
         sql = (
-            "UPDATE schedules SET paused = 1, paused_at = :now, paused_by = :by, updated_at = :now "
-            "WHERE name = :name AND paused = 0"
+            "UPDATE schedules SET paused = 1, paused_at = :now, paused_by = :by, next_fire_ms = NULL, "
+            "updated_at = :now WHERE name = :name AND paused = 0"
         )
     else:
         sql = (
@@ -197,15 +233,15 @@ def schedule_set_spec(conn: Connection, name: str, spec: str, now_ms: int) -> No
 
 
 def schedule_plan_next(conn: Connection, name: str, next_fire_ms: int, now_ms: int) -> bool:
-    """Record the tick a scheduler will handle next.
+    """Record the tick a scheduler will handle next (never for a paused schedule).
 
     Returns:
-      Whether the row changed (False when another scheduler already planned that tick).
+      Whether the row changed (False when another scheduler already planned that tick, or it is paused).
     """
     result = conn.execute(
         text(
             "UPDATE schedules SET next_fire_ms = :next, updated_at = :now "
-            "WHERE name = :name AND (next_fire_ms IS NULL OR next_fire_ms <> :next)"
+            "WHERE name = :name AND paused = 0 AND (next_fire_ms IS NULL OR next_fire_ms <> :next)"
         ),
         {"name": name, "next": next_fire_ms, "now": now_ms},
     )
@@ -217,7 +253,8 @@ def fire_insert(conn: Connection, fire: FireRecord) -> bool:
     result = conn.execute(
         text(
             f"INSERT INTO schedule_fires ({_FIRE_COLUMNS}) "
-            "VALUES (:schedule, :fire_time, :cause, :message_id, :job_id, :due_at, :fired_by, :fired_at) "
+            "VALUES (:schedule, :fire_time, :cause, :message_id, :job_id, :due_at, :fired_by, :fired_at, "
+            ":duplicates, :skipped, :skipped_from) "
             "ON CONFLICT (schedule, fire_time) DO NOTHING"
         ),
         {
@@ -229,7 +266,20 @@ def fire_insert(conn: Connection, fire: FireRecord) -> bool:
             "due_at": fire.due_at,
             "fired_by": fire.fired_by,
             "fired_at": fire.fired_at,
+            "duplicates": fire.duplicates,
+            "skipped": fire.skipped,
+            "skipped_from": fire.skipped_from,
         },
+    )
+    return result.rowcount == 1
+
+
+def fire_note_duplicate(conn: Connection, name: str, fire_time: int) -> bool:
+    """Count one refused attempt at a tick that was fired. Returns False when the tick has no fire row
+    (the attempt was refused for another reason: paused, or before the anchor)."""
+    result = conn.execute(
+        text("UPDATE schedule_fires SET duplicates = duplicates + 1 WHERE schedule = :name AND fire_time = :t"),
+        {"name": name, "t": fire_time},
     )
     return result.rowcount == 1
 
@@ -240,6 +290,19 @@ def fire_list(conn: Connection, name: str | None = None, limit: int = 100) -> li
     rows = conn.execute(
         text(f"SELECT {_FIRE_COLUMNS} FROM schedule_fires {where}ORDER BY fire_time DESC LIMIT :limit"),
         {"name": name, "limit": limit},
+    ).all()
+    return [FireRecord(*r) for r in rows]
+
+
+def fire_list_recent(conn: Connection, per_schedule: int) -> list[FireRecord]:
+    """The newest *per_schedule* fires of every schedule, by schedule then newest first."""
+    rows = conn.execute(
+        text(
+            f"SELECT {_FIRE_COLUMNS} FROM (SELECT {_FIRE_COLUMNS}, ROW_NUMBER() OVER "
+            "(PARTITION BY schedule ORDER BY fire_time DESC) AS n FROM schedule_fires) recent "
+            "WHERE n <= :per ORDER BY schedule, fire_time DESC"
+        ),
+        {"per": per_schedule},
     ).all()
     return [FireRecord(*r) for r in rows]
 

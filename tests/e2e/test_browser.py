@@ -2,8 +2,12 @@
 
 Covers the issue's acceptance walk: log in; submit each kind (with a validation error first);
 watch a job's progress bar move live without a reload; cancel a running job; retry a failed one;
-pause a queue and see jobs wait; bulk-cancel; replay a dead letter; tokens; log out. Screenshots
-of the main pages go to docs/screenshots/ (referenced from docs/ui.md). No console errors allowed.
+pause a queue and see jobs wait; bulk-cancel; replay a dead letter; tokens; log out. Then
+issue 19's: a schedule's fire history links the job each fire made and a paused schedule has no next
+fire; dead letters show a redacted preview and are replayed and purged by filter after a dry run;
+non-ASCII text stays text; settings read on/off; at 390 px no page is wider than the screen and every
+control is on it. Screenshots of the main pages go to docs/screenshots/ (referenced from docs/ui.md),
+written only when they look different (tests/e2e/screenshots.py). No console errors allowed.
 """
 
 from __future__ import annotations
@@ -14,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import CHROMIUM, ROOT, Deployment
+from . import screenshots
+from .conftest import CHROMIUM, Deployment
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 playwright_api = pytest.importorskip("playwright.sync_api")
-SHOTS = ROOT / "docs" / "screenshots"
 
 
 @pytest.fixture(scope="module")
@@ -36,6 +40,7 @@ class Session:
 
     def __init__(self, browser, dep: Deployment, who: str, *, width: int = 1280, height: int = 860) -> None:  # type: ignore[no-untyped-def]
         self.dep = dep
+        self.browser = browser
         self.context = browser.new_context(viewport={"width": width, "height": height})
         self.page = self.context.new_page()
         self.page.set_default_timeout(15_000)
@@ -51,8 +56,7 @@ class Session:
         self.page.wait_for_selector("#live-state.on")  # the live feed is connected
 
     def shot(self, name: str) -> None:
-        SHOTS.mkdir(parents=True, exist_ok=True)
-        self.page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+        screenshots.save(self.browser, self.page, name, full_page=True)
 
     def close(self) -> None:
         self.context.close()
@@ -72,8 +76,7 @@ def test_login_page_and_keyboard(browser, deployment: Deployment) -> None:  # ty
     page = context.new_page()
     page.goto(deployment.base_url + "/jobs")
     page.wait_for_url("**/login?next=*")
-    (SHOTS).mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / "login.png"))
+    screenshots.save(browser, page, "login")
     page.fill("#username", "admin")
     page.fill("#password", "wrong password")
     page.keyboard.press("Enter")  # submit from the keyboard
@@ -157,7 +160,7 @@ def test_pause_queue_bulk_cancel_and_resume(browser, deployment: Deployment) -> 
     time.sleep(1.5)  # a worker is idle and would have run them by now
     assert all(deployment.api("GET", f"/api/v1/jobs/{j['id']}")["status"] == "queued" for j in waiting)
     page.reload()
-    assert page.inner_text("#queue-e2e_slow").split("\t")[1].strip() == "3"  # ready, waiting
+    assert page.inner_text("#queue-e2e_slow .ready").strip() == "3"  # ready, waiting
     admin.shot("ops-queues")
     page.goto(deployment.base_url + "/jobs?kind=e2e_echo&status=queued")
     for job in waiting:
@@ -194,17 +197,18 @@ def test_replay_dead_letter_and_ops_pages(browser, deployment: Deployment) -> No
     admin = Session(browser, deployment, "admin")
     page = admin.page
     page.goto(deployment.base_url + "/ops/dead")
-    admin.shot("ops-dead")
     page.click(f"#replay-{dead[0]['id']}")
     page.wait_for_selector(".flash.info")
     deadline = time.monotonic() + 15
     while not flag.with_suffix(".done").exists():
         assert time.monotonic() < deadline, "the replayed message never ran"
         time.sleep(0.1)
-    for path, name in (("/ops", "ops-overview"), ("/ops/workers", "ops-workers"), ("/ops/schedules", "ops-schedules")):
+    for path, name in (("/ops", "ops-overview"), ("/ops/workers", "ops-workers")):
         page.goto(deployment.base_url + path)
         admin.shot(name)
-    assert "0 3 * * *" in page.inner_text("table")  # the declared cron schedule, with its next fire
+    page.goto(deployment.base_url + "/ops/schedules")  # its screenshot shows a fire history, taken later
+    assert "0 3 * * *" in page.inner_text("#schedule-nightly_echo")  # the declared cron schedule
+    assert page.inner_text("#schedule-nightly_echo .next-fire").startswith("in ")
     page.click("#run-nightly_echo")
     page.wait_for_url("**/jobs/*")  # "Run now" submitted a job
     assert "e2e_echo" in page.inner_text(".facts")
@@ -237,6 +241,171 @@ def test_mobile_360px(browser, deployment: Deployment) -> None:  # type: ignore[
     first.focus()
     page.keyboard.press("Enter")
     page.wait_for_url("**/jobs/*")
+    s.close()
+
+
+def test_schedule_history_links_its_job_and_a_paused_schedule_has_no_next_fire(  # type: ignore[no-untyped-def]
+    browser, deployment: Deployment
+) -> None:
+    fire = deployment.api("POST", "/api/v1/schedules/nightly_echo/run")
+    admin = Session(browser, deployment, "admin")
+    page = admin.page
+    page.goto(deployment.base_url + "/ops/schedules")
+    card = page.locator("#schedule-nightly_echo")
+    assert "latest" in card.locator(".catchup").inner_text() and "1 h" in card.locator(".catchup").inner_text()
+    assert card.locator(".jitter").inner_text().startswith("none")
+    # The fire history has a "fired" entry whose link opens the job that fire submitted
+    fired = card.locator("tr.fire-fired", has=page.locator(f"a[href='/jobs/{fire['job_id']}']"))
+    assert fired.locator(".status").inner_text() == "fired" and "run now" in fired.inner_text()
+    fired.locator("a").click()
+    page.wait_for_url(f"**/jobs/{fire['job_id']}")
+    assert "e2e_echo" in page.inner_text(".facts")
+    # Paused: no next fire anywhere (page and API), until resumed
+    page.goto(deployment.base_url + "/ops/schedules")
+    page.click("#pause-nightly_echo")
+    page.wait_for_selector("#resume-nightly_echo")
+    next_fire = page.inner_text("#schedule-nightly_echo .next-fire")
+    assert next_fire.startswith("none while paused") and " in " not in f" {next_fire}"
+    (view,) = [s for s in deployment.api("GET", "/api/v1/schedules") if s["name"] == "nightly_echo"]
+    assert view["paused"] and view["next_fire_at"] is None
+    assert view["fires"][0]["job_id"] == fire["job_id"] and view["fires"][0]["cause"] == "manual"
+    admin.shot("ops-schedules")
+    page.click("#resume-nightly_echo")
+    page.wait_for_selector("#pause-nightly_echo")
+    assert page.inner_text("#schedule-nightly_echo .next-fire").startswith("in ")
+    admin.close()
+
+
+def test_dead_letter_preview_replay_all_and_purge_after_a_dry_run(browser, deployment: Deployment) -> None:  # type: ignore[no-untyped-def]
+    import dramatiq
+
+    from broker import SQLiteBroker
+
+    flag = deployment.tmp / "bulk-flag"
+    secret_url = "postgres://bob:hunter2-db-pass@db.internal/media"
+    producer = SQLiteBroker(deployment.env["TENURE_DATABASE_URL"], middleware=[])
+    producer.declare_queue("e2e")
+    for _ in range(3):
+        producer.enqueue(
+            dramatiq.Message(queue_name="e2e", actor_name="e2e_flaky", args=(str(flag),), kwargs={}, options={})
+        )
+    # One that can never run: an unknown keyword argument carrying a token, and a credential in an argument
+    poison = producer.enqueue(
+        dramatiq.Message(
+            queue_name="e2e",
+            actor_name="e2e_flaky",
+            args=(secret_url,),
+            kwargs={"api_token": "tnr_e2e_secret_value"},
+            options={},
+        )
+    )
+    producer.close()
+    deadline = time.monotonic() + 15
+    while len(deployment.api("GET", "/api/v1/dead?queue=e2e&actor=e2e_flaky")) < 4:
+        assert time.monotonic() < deadline, "the messages were never dead-lettered"
+        time.sleep(0.1)
+    admin = Session(browser, deployment, "admin")
+    page = admin.page
+    page.goto(deployment.base_url + "/ops/dead?queue=e2e&actor=e2e_flaky")
+    # The preview: identifiers, timestamps and the error's last line; secrets masked, no raw body
+    row = page.locator("tr", has=page.locator(f"code:text-is('{poison.message_id}')"))
+    row.locator("summary").click()
+    preview = row.locator(".preview").inner_text()
+    assert "TypeError" in preview and "Enqueued" in preview and "api_token=***" in preview
+    assert "postgres://bob:***@db.internal/media" in preview
+    for leak in ("hunter2-db-pass", "tnr_e2e_secret_value", "Traceback"):
+        assert leak not in page.content()
+    admin.shot("ops-dead")
+    page.set_viewport_size({"width": 390, "height": 844})
+    assert page.locator("html").evaluate("el => el.scrollWidth") <= 390
+    admin.shot("mobile-dead")
+    page.set_viewport_size({"width": 1280, "height": 860})
+    # Replay all matching: the dry run counts 4 and changes nothing; confirming replays them
+    page.click("#dead-replay-all")
+    page.wait_for_url("**/ops/dead/bulk?*")
+    assert "4 dead letter(s) match" in page.inner_text("#dry-run")
+    assert len(deployment.api("GET", "/api/v1/dead?queue=e2e&actor=e2e_flaky")) == 4
+    flag.write_text("now it works")
+    page.click("#confirm-dead-bulk")
+    page.wait_for_selector(".flash.info")
+    assert "Replayed 4 of 4 matching dead letter(s)." in page.inner_text(".flash.info")
+    # Three run now; the poison one dies again. The API's dry run counts it; purge deletes only it
+    deadline = time.monotonic() + 15
+    while [d["message_id"] for d in deployment.api("GET", "/api/v1/dead?queue=e2e&actor=e2e_flaky")] != [
+        poison.message_id
+    ]:
+        assert time.monotonic() < deadline, "the replayed messages did not settle"
+        time.sleep(0.1)
+    body = {"filter": {"queue": "e2e", "actor": "e2e_flaky"}, "dry_run": True}
+    dry = deployment.api("POST", "/api/v1/dead/bulk/purge", body)
+    assert (dry["dry_run"], dry["matched"], dry["affected"]) == (True, 1, 1)
+    page.goto(deployment.base_url + "/ops/dead?queue=e2e&actor=e2e_flaky")
+    page.click("#dead-purge-all")
+    assert "1 dead letter(s) match" in page.inner_text("#dry-run")
+    page.click("#confirm-dead-bulk")
+    page.wait_for_selector(".flash.info")
+    assert "Purged 1 of 1 matching dead letter(s)." in page.inner_text(".flash.info")
+    assert deployment.api("GET", "/api/v1/dead?queue=e2e&actor=e2e_flaky") == []
+    assert page.locator("td.empty").inner_text() == "No dead letters match."
+    admin.close()
+
+
+PAGES_390 = (
+    "/jobs",
+    "/jobs/{job}",
+    "/submit",
+    "/submit/e2e_echo",
+    "/jobs/bulk-by-filter?action=retry&status=failed",
+    "/ops",
+    "/ops/queues",
+    "/ops/dead",
+    "/ops/dead/bulk?action=purge",
+    "/ops/workers",
+    "/ops/schedules",
+    "/ops/settings",
+    "/tokens",
+)
+#: Pages whose 390 px screenshot docs/ui.md shows (dead letters: taken with letters, in the test above).
+SHOTS_390 = {
+    "/jobs/{job}": "mobile-job",
+    "/ops/queues": "mobile-queues",
+    "/ops/settings": "mobile-settings",
+    "/ops/schedules": "mobile-schedules",
+}
+
+
+def test_every_page_fits_390px_with_its_controls_on_screen(browser, deployment: Deployment) -> None:  # type: ignore[no-untyped-def]
+    # A failed job with a long error, an attempt and CJK text in its result's neighbour, the job page's widest case
+    job = deployment.submit("e2e_fail", {"message": "录制 session 2026: " + "the disk is full " * 8})
+    echo = deployment.submit("e2e_echo", {"text": "录制 «session» 2026"})
+    deployment.wait_job(job["id"], lambda j: j["status"] == "failed")
+    deployment.wait_job(echo["id"], lambda j: j["status"] == "succeeded")
+    context = browser.new_context(viewport={"width": 390, "height": 844})
+    page = context.new_page()
+    page.goto(deployment.base_url + "/login")
+    assert page.locator("html").evaluate("el => el.scrollWidth") <= 390, "/login"
+    context.close()
+    s = Session(browser, deployment, "admin", width=390, height=844)
+    page = s.page
+    for path in PAGES_390:
+        page.goto(deployment.base_url + path.format(job=job["id"]))
+        assert page.locator("html").evaluate("el => el.scrollWidth") <= 390, path
+        # Every button, input and select is on the screen, not in a table scrolled off to the right
+        right = page.locator("main button, main input:not([type=hidden]), main select, main a.button").evaluate_all(
+            "els => Math.max(0, ...els.map(e => e.getBoundingClientRect().right))"
+        )
+        assert right <= 390, (path, right)
+        if path in SHOTS_390:
+            s.shot(SHOTS_390[path])
+    # Non-ASCII text is shown as text, on the page and in the API's JSON
+    page.goto(f"{deployment.base_url}/jobs/{echo['id']}")
+    assert "录制 «session» 2026" in page.inner_text("pre.result")
+    assert "\\u5f55" not in page.content()
+    # Settings in the UI's words: on/off, and "at once" for a queue pause (as docs/operations.md says)
+    page.goto(deployment.base_url + "/ops/settings")
+    row = page.locator("[id='setting-queues.e2e_slow.paused']")
+    assert row.locator(".effective").inner_text() == "off" and row.locator(".effect").inner_text() == "at once"
+    assert row.locator("select option").all_inner_texts() == ["not saved", "on", "off"]
     s.close()
 
 

@@ -28,7 +28,7 @@ from dramatiq.common import current_millis
 from dramatiq.message import Message
 
 import broker.connection
-from broker import SQLiteBroker, UnsupportedDatabase
+from broker import DeadMatch, SQLiteBroker, UnsupportedDatabase
 from broker.consumer import SQLiteMessageProxy
 from broker.leases import WAL_CHECKPOINT_BYTES
 
@@ -362,6 +362,38 @@ def test_purge_dead_deletes_only_dead_letters_older_than_the_ttl(
     assert [d.id for d in sqlite_broker.dead_letters_list(QUEUE)] == [recent.id]
     assert sqlite_broker.purge_dead(older_than_ms=0) == 1
     assert sqlite_broker.dead_letters_list(QUEUE) == []
+
+
+def test_bulk_replay_and_purge_take_what_the_match_selects_up_to_the_counted_row(
+    sqlite_broker: SQLiteBroker, sqlite_path: Path
+) -> None:
+    # Given dead letters of two actors on two queues, one of them dead for a day
+    b = sqlite_broker
+    b.declare_queue("other")
+    for queue, actor, n in (("work", "act", 3), ("other", "act", 1), ("work", "tidy", 2)):
+        for i in range(n):
+            b.enqueue(Message(queue_name=queue, actor_name=actor, args=(i,), kwargs={}, options={}))
+    with raw(sqlite_path) as conn:
+        conn.execute("UPDATE broker_messages SET state = 2, dead_at = ?, dead_reason = 'nack'", (current_millis(),))
+        oldest = conn.execute("SELECT min(id) FROM broker_messages").fetchone()[0]
+        conn.execute("UPDATE broker_messages SET dead_at = dead_at - 86400000 WHERE id = ?", (oldest,))
+    # When a dry run counts the work queue's "act" letters (the oldest two of them)
+    matched, ids = b.dead_letters_match(DeadMatch(queue="work", actor="act"), limit=2)
+    assert matched == 3 and len(ids) == 2 and ids[0] == oldest
+    assert b.dead_letters_match(DeadMatch(dead_before=current_millis() - 3600_000), limit=10) == (1, [oldest])
+    assert b.dead_letters_match(DeadMatch(queue="work.DQ"), limit=10)[0] == 5  # delay queues fold into theirs
+    # And a letter of that match dies after the dry run
+    b.enqueue(Message(queue_name="work", actor_name="act", args=(9,), kwargs={}, options={}))
+    with raw(sqlite_path) as conn:
+        conn.execute("UPDATE broker_messages SET state = 2, dead_at = ? WHERE state = 0", (current_millis(),))
+    # Then the confirmed replay takes only what the dry run counted (through its last counted id)
+    counted = DeadMatch(queue="work", actor="act", through_id=max(ids))
+    assert b.replay_dead_matching(counted, limit=1000) == 2
+    assert count(sqlite_path, "state = 0") == 2 and count(sqlite_path, "state = 2 AND actor = 'act'") == 3
+    # And a purge by actor across queues deletes only that actor's letters
+    assert b.purge_dead_matching(DeadMatch(actor="tidy"), limit=1000) == 2
+    assert sorted(d.queue for d in b.dead_letters_list()) == ["other", "work", "work"]
+    assert b.purge_dead_matching(DeadMatch(), limit=1) == 1  # the limit bounds one action
 
 
 def test_a_failed_actor_is_dead_lettered_with_its_final_body(sqlite_broker: SQLiteBroker) -> None:

@@ -102,6 +102,8 @@ OPS_API = [
     ("POST", "/api/v1/dead/replay"),
     ("POST", "/api/v1/dead/purge"),
     ("POST", "/api/v1/jobs/x/run-now"),
+    ("POST", "/api/v1/dead/bulk/replay"),
+    ("POST", "/api/v1/dead/bulk/purge"),
     ("GET", "/api/v1/workers"),
     ("GET", "/api/v1/workers/slots"),
     ("GET", "/api/v1/schedules"),
@@ -110,17 +112,28 @@ OPS_API = [
     ("POST", "/api/v1/schedules/x/resume"),
     ("GET", "/api/v1/activity"),
 ]
-OPS_UI = ["/ops", "/ops/queues", "/ops/dead", "/ops/workers", "/ops/schedules"]
-OPS_UI_POST = ["/ops/queues/default/pause", "/ops/dead/replay", "/ops/schedules/x/run", "/ops/schedules/x/pause"]
+#: Request bodies of the probes that take something other than ``{"queue": "default"}``.
+OPS_API_BODIES = {
+    path: {"filter": {}, "dry_run": True} for path in ("/api/v1/dead/bulk/replay", "/api/v1/dead/bulk/purge")
+}
+OPS_UI = ["/ops", "/ops/queues", "/ops/dead", "/ops/dead/bulk?action=purge", "/ops/workers", "/ops/schedules"]
+OPS_UI_POST = [
+    "/ops/queues/default/pause",
+    "/ops/dead/replay",
+    "/ops/dead/bulk",
+    "/ops/schedules/x/run",
+    "/ops/schedules/x/pause",
+]
 
 
 def test_users_get_403_from_operator_endpoints(app, client, alice, root):  # type: ignore[no-untyped-def]
     documented = {rule.rule for rule in app.url_map.iter_rules() if rule.endpoint.startswith("ops_api.")}
     assert len(documented) == len({t for _, t in OPS_API}), "a new operator endpoint needs a probe here"
     for method, path in OPS_API:
-        r = client.open(path, method=method, json={"queue": "default"}, headers=alice.bearer)
+        body = OPS_API_BODIES.get(path, {"queue": "default"})
+        r = client.open(path, method=method, json=body, headers=alice.bearer)
         assert r.status_code == 403 and r.json["error"]["code"] == "forbidden", (method, path)
-        assert client.open(path, method=method, json={"queue": "default"}, headers=root.bearer).status_code in (
+        assert client.open(path, method=method, json=body, headers=root.bearer).status_code in (
             200,
             201,
             404,

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import marshmallow as ma
 from flask.views import MethodView
 from marshmallow import fields, validate
 
-from .. import operations
+from broker import DeadMatch
+
+from .. import dead_letters, operations
 from ..auth import api_guard, require_admin
 from ..errors import JobNotFoundError, NotFound, Unavailable
 from ..services import services
@@ -17,6 +20,8 @@ from .schemas import (
     ID_MAX,
     ActivityBucketSchema,
     ActivityQuerySchema,
+    DeadBulkResultSchema,
+    DeadBulkSchema,
     DeadLetterSchema,
     DeadQuerySchema,
     FireSchema,
@@ -91,9 +96,13 @@ class Dead(MethodView):
     @blp.arguments(DeadQuerySchema, location="query")
     @blp.response(200, DeadLetterSchema(many=True))
     def get(self, args):
-        """Dead letters, oldest first (``after_id`` pages on)."""
-        return operations.dead_letters(
-            services().broker, args.get("queue"), after_id=args["after_id"], limit=args["limit"]
+        """Dead letters, oldest first (``after_id`` pages on), each with a redacted preview of its message."""
+        return dead_letters.dead_letters(
+            services().broker,
+            args.get("queue"),
+            after_id=args["after_id"],
+            limit=args["limit"],
+            actor=args.get("actor"),
         )
 
 
@@ -103,7 +112,40 @@ class DeadReplay(MethodView):
     @blp.response(200, ReplayResultSchema)
     def post(self, args):
         """Move dead letters (all of a queue, or the given ids) back to ready."""
-        return {"replayed": operations.replay(services().broker, args["queue"], args.get("ids"))}
+        return {"replayed": dead_letters.replay(services().broker, args["queue"], args.get("ids"))}
+
+
+def run_dead_bulk(action: str, args: dict[str, Any]) -> dict[str, Any]:
+    f = args["filter"]
+    match = DeadMatch(
+        queue=f.get("queue"),
+        actor=f.get("actor"),
+        dead_before=round(f["dead_before"].timestamp() * 1000) if f.get("dead_before") else None,
+        through_id=args.get("through_id"),
+    )
+    return dead_letters.bulk(services().broker, action, match, dry_run=args["dry_run"], limit=args["limit"])
+
+
+@blp.route("/dead/bulk/replay")
+class DeadBulkReplay(MethodView):
+    @blp.arguments(DeadBulkSchema)
+    @blp.response(200, DeadBulkResultSchema)
+    def post(self, args):
+        """Replay every dead letter matching the filter (any queue), oldest first; ``dry_run`` only counts.
+
+        Confirm a dry run with its ``through_id`` to act only on what it counted."""
+        return run_dead_bulk("replay", args)
+
+
+@blp.route("/dead/bulk/purge")
+class DeadBulkPurge(MethodView):
+    @blp.arguments(DeadBulkSchema)
+    @blp.response(200, DeadBulkResultSchema)
+    def post(self, args):
+        """Delete every dead letter matching the filter, oldest first; ``dry_run`` only counts.
+
+        Confirm a dry run with its ``through_id`` to act only on what it counted."""
+        return run_dead_bulk("purge", args)
 
 
 @blp.route("/dead/purge")

@@ -222,18 +222,63 @@ class DeadQuerySchema(ma.Schema):
         unknown = ma.EXCLUDE
 
     queue = fields.String(validate=validate.Length(max=ID_MAX))
+    actor = fields.String(validate=validate.Length(max=ID_MAX))
     after_id = fields.Integer(load_default=0, validate=validate.Range(min=0, max=2**62))
     limit = fields.Integer(load_default=100, validate=validate.Range(min=1, max=500))
 
 
 class DeadLetterSchema(ma.Schema):
+    """A dead letter and a redacted preview of its message (never the raw body or its options)."""
+
     id = fields.Integer(required=True)
     queue = fields.String(required=True)
     message_id = fields.String(allow_none=True)
     actor = fields.String(allow_none=True)
-    reason = fields.String(allow_none=True)
+    reason = fields.String(allow_none=True, metadata={"description": "why it died (redacted)"})
     deliveries = fields.Integer(allow_none=True)
     dead_at = fields.DateTime(allow_none=True)
+    decoded = fields.Boolean(required=True, metadata={"description": "false: the body is not a readable message"})
+    enqueued_at = fields.DateTime(allow_none=True)
+    job_id = fields.String(allow_none=True, metadata={"description": "the job this message runs"})
+    schedule = fields.String(allow_none=True, metadata={"description": "the schedule that fired it"})
+    retries = fields.Integer(allow_none=True)
+    error = fields.String(allow_none=True, metadata={"description": "the exception's last line (redacted)"})
+    args = fields.List(fields.String(), required=True, metadata={"description": "arguments, redacted and truncated"})
+    kwargs = fields.Dict(
+        keys=fields.String(),
+        values=fields.String(),
+        required=True,
+        metadata={"description": "keyword arguments, redacted and truncated; secret-named ones masked"},
+    )
+
+
+class DeadFilterSchema(ma.Schema):
+    """Which dead letters a bulk replay or purge takes (every given condition holds)."""
+
+    queue = fields.String(validate=validate.Length(min=1, max=ID_MAX))
+    actor = fields.String(validate=validate.Length(min=1, max=ID_MAX))
+    dead_before = fields.AwareDateTime(default_timezone=None, metadata={"description": "dead-lettered before"})
+
+
+class DeadBulkSchema(ma.Schema):
+    filter = fields.Nested(
+        DeadFilterSchema, required=True, metadata={"description": "which dead letters (`{}` for all of them)"}
+    )
+    dry_run = JsonBoolean(load_default=False, metadata={"description": "only count what would be affected"})
+    through_id = WholeNumber(
+        validate=validate.Range(min=1, max=2**62),
+        metadata={"description": "act on rows up to this id only: the `through_id` a dry run answered"},
+    )
+    limit = WholeNumber(load_default=1000, validate=validate.Range(min=1, max=10_000))
+
+
+class DeadBulkResultSchema(ma.Schema):
+    action = fields.String(required=True, validate=validate.OneOf(("replay", "purge")))
+    dry_run = fields.Boolean(required=True)
+    matched = fields.Integer(required=True, metadata={"description": "dead letters matching the filter"})
+    affected = fields.Integer(required=True, metadata={"description": "replayed or purged (would be, on a dry run)"})
+    through_id = fields.Integer(allow_none=True, metadata={"description": "the newest row counted"})
+    ids = fields.List(fields.Integer(), required=True, metadata={"description": "dry run: the first 100 affected"})
 
 
 class ReplaySchema(ma.Schema):
@@ -279,13 +324,47 @@ class WorkerSlotSchema(ma.Schema):
     heartbeat_at = fields.DateTime(required=True)
 
 
+class ScheduleFireSchema(ma.Schema):
+    tick = fields.DateTime(required=True, metadata={"description": "the nominal tick (or the run-now instant)"})
+    cause = fields.String(required=True, validate=validate.OneOf(("schedule", "catchup", "manual")))
+    fired_at = fields.DateTime(required=True)
+    due_at = fields.DateTime(required=True, metadata={"description": "delivery time: the tick plus jitter"})
+    fired_by = fields.String(required=True)
+    job_id = fields.String(allow_none=True, metadata={"description": "the job this fire submitted"})
+    message_id = fields.String(allow_none=True)
+    duplicates = fields.Integer(
+        required=True, metadata={"description": "other attempts at this tick, refused because it had fired"}
+    )
+    skipped = fields.Integer(
+        required=True,
+        metadata={"description": "scheduled ticks before this one that never fired (catch-up policy, grace)"},
+    )
+    skipped_more = fields.Boolean(required=True, metadata={"description": "more than `skipped` (counting stopped)"})
+    skipped_from = fields.DateTime(allow_none=True, metadata={"description": "the earliest skipped tick"})
+
+
 class ScheduleSchema(ma.Schema):
     name = fields.String(required=True)
     cron = fields.String(required=True)
-    kind = fields.String(allow_none=True)
-    next_fire_at = fields.DateTime(allow_none=True)
+    kind = fields.String(allow_none=True, metadata={"description": "the actor a fire sends a message to"})
+    job_kind = fields.String(allow_none=True, metadata={"description": "the job kind a fire submits"})
+    next_fire_at = fields.DateTime(
+        allow_none=True, metadata={"description": "the next tick that will fire; null while paused"}
+    )
     last_fire_at = fields.DateTime(allow_none=True)
     paused = fields.Boolean(required=True)
+    paused_by = fields.String(allow_none=True)
+    paused_at = fields.DateTime(allow_none=True)
+    queue = fields.String(allow_none=True)
+    declared = fields.Boolean(required=True)
+    catchup = fields.String(allow_none=True, validate=validate.OneOf(("latest", "all", "none")))
+    grace_s = fields.Float(allow_none=True)
+    jitter_s = fields.Float(allow_none=True)
+    jitter_offset_s = fields.Float(required=True, metadata={"description": "this schedule's delay after each tick"})
+    max_staleness_s = fields.Float(allow_none=True)
+    fires = fields.List(
+        fields.Nested(ScheduleFireSchema), required=True, metadata={"description": "the newest fires, newest first"}
+    )
 
 
 class FireSchema(ma.Schema):

@@ -29,7 +29,7 @@ class SettingSpecSchema(ma.Schema):
     key = fields.String(required=True, metadata={"description": "the key; <name> stands for a queue/schedule"})
     type = fields.String(required=True, validate=validate.OneOf(["bool", "int", "str"]))
     default = fields.Raw(allow_none=True)
-    effect = fields.String(required=True, validate=validate.OneOf(["next job", "next boundary", "restart"]))
+    effect = fields.String(required=True, validate=validate.OneOf(["at once", "next job", "next boundary", "restart"]))
     help = fields.String(required=True)
     secret = fields.Boolean(required=True)
     nullable = fields.Boolean(required=True)

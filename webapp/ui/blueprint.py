@@ -61,6 +61,17 @@ def _ago_span(seconds: float) -> str:
     return f"{int(seconds)} s"
 
 
+@bp.app_template_filter("span")
+def _span(seconds: float | None) -> str:
+    """A duration in its largest whole unit (``1 h``, ``10 min``), else in seconds (``2.5 s``)."""
+    if seconds is None:
+        return "—"
+    for size, unit in ((86400, "d"), (3600, "h"), (60, "min")):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)} {unit}"
+    return f"{seconds:g} s"
+
+
 @bp.app_template_filter("ts")
 def _ts(value: datetime | None) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%S UTC") if value else "—"

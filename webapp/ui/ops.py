@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from flask import flash, g, redirect, render_template, request, url_for
 
-from .. import operations
+from broker import DeadMatch
+
+from .. import dead_letters, operations
 from ..errors import ApiError, Forbidden
+from ..gateway import FireView
 from ..services import services
 from .blueprint import bp
 from .charts import bar_chart, line_chart
@@ -80,29 +85,78 @@ def ops_queue_action(name: str, action: str):
     return redirect(url_for("ui.ops_queues"))
 
 
+#: Largest row id a form may name (SQLite integers are 64-bit).
+_MAX_ROW_ID = 2**62
+
+
+def _row_id(raw: str | None) -> int | None:
+    """A row id from a form or query string (None unless plain digits; clamped to what SQLite holds)."""
+    return min(int(raw), _MAX_ROW_ID) if raw and raw.isascii() and raw.isdigit() else None
+
+
+def _dead_filter(values: Any) -> dict[str, str]:
+    """The dead-letter page's filter (queue, actor) from a query string or form; blanks dropped."""
+    found = {key: (values.get(key) or "").strip()[:100] for key in ("queue", "actor")}
+    return {key: value for key, value in found.items() if value}
+
+
 @bp.route("/ops/dead")
 def ops_dead():
     _admin()
-    queue = (request.args.get("queue") or "").strip() or None
+    filters = _dead_filter(request.args)
+    after_id = _row_id(request.args.get("after_id")) or 0
     try:
-        after_id = max(0, int(request.args.get("after_id", "0")))
-    except ValueError:
-        after_id = 0
-    try:
-        letters = operations.dead_letters(services().broker, queue, after_id=after_id, limit=100)
+        letters = dead_letters.dead_letters(
+            services().broker, filters.get("queue"), after_id=after_id, limit=100, actor=filters.get("actor")
+        )
     except ApiError:
         letters = None
-    return render_template("ops_dead.html", letters=letters, queue=queue, form=EmptyForm())
+    return render_template("ops_dead.html", letters=letters, filters=filters, form=EmptyForm())
 
 
 @bp.route("/ops/dead/replay", methods=["POST"])
 def ops_dead_replay():
     _admin()
     queue = request.form.get("queue", "")
-    ids = [int(i) for i in request.form.getlist("ids") if i.isdigit()] or None
-    n = operations.replay(services().broker, queue, ids)
+    ids = [i for i in map(_row_id, request.form.getlist("ids")) if i is not None] or None
+    n = dead_letters.replay(services().broker, queue, ids)
     flash(f"Replayed {n} dead letter(s) from {queue}.", "info")
     return redirect(url_for("ui.ops_dead"))
+
+
+@bp.route("/ops/dead/bulk", methods=["GET", "POST"])
+def ops_dead_bulk():
+    """Replay or purge every dead letter matching the filter: GET shows the dry run, POST acts on what it counted."""
+    _admin()
+    action = request.values.get("action")
+    filters = _dead_filter(request.values)
+    back = url_for("ui.ops_dead", **filters)
+    if action not in dead_letters.BULK_ACTIONS:
+        flash("Unknown dead-letter action.", "error")
+        return redirect(back)
+    dry_run = request.method == "GET"
+    through_id = None if dry_run else _row_id(request.form.get("through_id"))
+    if not dry_run and through_id is None:
+        flash("Confirm the action from its dry run.", "error")
+        return redirect(back)
+    match = DeadMatch(queue=filters.get("queue"), actor=filters.get("actor"), through_id=through_id)
+    try:
+        result = dead_letters.bulk(services().broker, action, match, dry_run=dry_run)
+        sample = (
+            dead_letters.dead_letters(services().broker, match.queue, after_id=0, limit=10, actor=match.actor)
+            if dry_run
+            else []
+        )
+    except ApiError as exc:
+        flash(exc.message, "error")
+        return redirect(back)
+    if dry_run:
+        return render_template(
+            "dead_bulk_confirm.html", action=action, result=result, filters=filters, sample=sample, form=EmptyForm()
+        )
+    verb = "Replayed" if action == "replay" else "Purged"
+    flash(f"{verb} {result['affected']} of {result['matched']} matching dead letter(s).", "info")
+    return redirect(back)
 
 
 @bp.route("/ops/workers")
@@ -115,10 +169,53 @@ def ops_workers():
     )
 
 
+#: What each catch-up policy does after downtime, in the words of docs/schedules.md.
+CATCHUP_WORDS = {
+    "latest": "after downtime, the most recent missed tick fires once",
+    "all": "after downtime, every missed tick fires, in order (at most 100 per wake)",
+    "none": "only ticks on time (at most 10 s late) fire; missed ones are skipped",
+}
+_CAUSE_WORDS = {"schedule": "on time", "catchup": "catch-up", "manual": "run now"}
+
+
+def fire_entries(fires: Sequence[FireView]) -> list[dict[str, Any]]:
+    """A schedule's history, newest first: each fire, then the duplicate attempts at its tick and the
+    ticks it skipped, as entries with a ``result`` of ``fired``, ``duplicate`` or ``skipped``."""
+    entries: list[dict[str, Any]] = []
+    for f in fires:
+        entries.append({"result": "fired", "at": f.tick, "fire": f, "note": _CAUSE_WORDS.get(f.cause, f.cause)})
+        if f.duplicates:
+            entries.append(
+                {
+                    "result": "duplicate",
+                    "at": f.tick,
+                    "fire": f,
+                    "note": f"{f.duplicates} other attempt(s) at this tick refused: it had fired",
+                }
+            )
+        if f.skipped:
+            count = f"more than {f.skipped}" if f.skipped_more else str(f.skipped)
+            entries.append(
+                {
+                    "result": "skipped",
+                    "at": f.skipped_from,
+                    "fire": f,
+                    "note": f"{count} tick(s) before this fire never fired (missed while no scheduler ran)",
+                }
+            )
+    return entries
+
+
 @bp.route("/ops/schedules")
 def ops_schedules():
     _admin()
-    return render_template("ops_schedules.html", schedules=services().jobs.schedules(), form=EmptyForm())
+    return render_template(
+        "ops_schedules.html",
+        schedules=services().jobs.schedules(),
+        history=fire_entries,
+        catchup_words=CATCHUP_WORDS,
+        form=EmptyForm(),
+    )
 
 
 @bp.route("/ops/schedules/<name>/run", methods=["POST"])

@@ -41,6 +41,16 @@ def _rows(view: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+@bp.app_template_filter("setting_words")
+def setting_words(value: Any, unset: str = "default") -> str:
+    """A setting's value in the UI's words: booleans as on/off, no value as *unset*."""
+    if value is None:
+        return unset
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return str(value)
+
+
 def _parse(spec: rs.SettingSpec, raw: str) -> Any:
     """A form string as the JSON value the service validates (the service reports what is wrong)."""
     raw = raw.strip()
