@@ -4,7 +4,7 @@ from broker import SQLiteBroker
 dramatiq.set_broker(SQLiteBroker("sqlite:///var/tenure.db"))
 """
 
-from .errors import DatabaseUnavailable, LeaseLost, UnsupportedDatabase
+from .errors import DatabaseUnavailable, UnsupportedDatabase
 from .expedite import expedite_delayed
 from .factory import make_broker
 from .rate_limits import SQLiteRateLimiterBackend
@@ -18,7 +18,6 @@ __all__ = [
     "SCHEMA_VERSION",
     "DatabaseUnavailable",
     "DeadMatch",
-    "LeaseLost",
     "SQLiteBroker",
     "SQLiteRateLimiterBackend",
     "SQLiteResultBackend",

@@ -22,10 +22,6 @@ class UnsupportedDatabase(BrokerError):
     """The SQLite library, file location or schema version cannot be used by this broker."""
 
 
-class LeaseLost(BrokerError):
-    """The message's lease is no longer held by this process: another delivery may run it."""
-
-
 @contextmanager
 def translate_errors() -> Iterator[None]:
     """Turn SQLite operational errors into :class:`DatabaseUnavailable`.

@@ -1,1 +1,1 @@
-"""Tenure migrations layer (see ARCHITECTURE.md)."""
+"""Tenure migrations layer (docs/architecture.md)."""

@@ -1,1 +1,1 @@
-"""Tenure monitoring layer (see ARCHITECTURE.md)."""
+"""Tenure monitoring layer (docs/architecture.md)."""

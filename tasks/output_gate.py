@@ -5,7 +5,8 @@
 so once a root degrades in one worker every worker refuses fast with the cached error, without a
 failed write of its own; one caller in all of them probes per cool-down; each transition is alerted
 once in all. On recovery the jobs it refused meanwhile are run at once (:func:`jobs.run_now` clears
-their backoff) instead of after their backoff. Readiness health reads :func:`degraded_roots`.
+their backoff) instead of after their backoff. Readiness health reads the same table
+(:func:`monitoring.store.degraded_output_roots`).
 """
 
 from __future__ import annotations
@@ -65,11 +66,6 @@ def reset_for_tests() -> None:
     global _gates
     with _lock:
         _gates = None
-
-
-def degraded_roots(engine: Engine) -> dict[str, str]:
-    """Every degraded output root and its cached error, as all workers see it (for readiness health)."""
-    return SQLGateStore(engine).gate_degraded()
 
 
 @contextmanager

@@ -1,4 +1,4 @@
-"""Tenure's web app: UI, JSON API, live feed and health (ARCHITECTURE.md §3).
+"""Tenure's web app: UI, JSON API, live feed and health (docs/architecture.md).
 
 ``create_app(test_config=None)`` is the factory (flaskr style); gunicorn runs
 ``webapp:create_app()``. Services are built once and kept in ``app.extensions["tenure"]``.

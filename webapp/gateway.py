@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-#: Every job status (ARCHITECTURE.md §5).
+#: Every job status (docs/architecture.md, jobs/status.py).
 STATUSES = ("queued", "running", "succeeded", "failed", "cancelled", "interrupted")
 TERMINAL = frozenset({"succeeded", "failed", "cancelled", "interrupted"})
 RETRYABLE = frozenset({"failed", "cancelled", "interrupted"})
