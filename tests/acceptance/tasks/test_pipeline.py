@@ -88,10 +88,11 @@ def test_pipeline_runs_end_to_end_with_the_dag_in_the_job_records(
         {"by": "import", "steps": [*TRANSCRIBES, "render"]},
         {"by": "render", "steps": ["notify-hook"]},
     ]
-    # the transcribe steps ran on the asr queue; the parent was on none (driven by its steps, not polling)
+    # the transcribe steps ran on the asr queue; the parent had no message and no worker (driven by its steps,
+    # not polling): it is listed under the "workflow" pseudo-queue, which no broker queue and no consumer has
     assert {r.queue_name for r in fleet.sql("SELECT queue_name FROM jobs WHERE kind = 'transcribe'")} == {"asr"}
     [(queue, worker)] = fleet.sql("SELECT queue_name, worker_id FROM jobs WHERE id = :id", id=job.id)
-    assert (queue, worker) == ("", None)
+    assert (queue, worker) == ("workflow", None)
     clip = dag["render"].job.result
     assert Path(clip["path"]).is_file() and Path(clip["thumbnail"]).is_file() and clip["subtitle_cues"] >= 1
     [delivery] = receiver.received
