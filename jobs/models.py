@@ -146,7 +146,8 @@ class JobEvent(Base):
     data: Mapped[str] = mapped_column(Text)
     created_at: Mapped[int] = mapped_column(BigInteger)
     #: PostgreSQL only (NULL on SQLite, whose change cursor is the rowid): the writing transaction's id
-    #: and a sequence value, the live feed's change cursor (revision 0009; see jobs.store.event_changes_after).
+    #: (raised to the job's previous event's when that is larger, revision 0012) and a sequence value,
+    #: the live feed's change cursor (revision 0009; see jobs.read_store.event_changes_after).
     change_xid: Mapped[int | None] = mapped_column(BigInteger)
     change_id: Mapped[int | None] = mapped_column(BigInteger)
 

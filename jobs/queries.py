@@ -329,7 +329,7 @@ def changes_after(
     """The commit-ordered change feed after *cursor*: the events the caller may see, oldest first.
 
     Admins see every job's changes; others only *owner_id*'s. Gap-free and duplicate-free across web
-    processes and hosts (see :func:`jobs.read_store.event_changes_after`).
+    processes and hosts, each job's changes in commit order (see :func:`jobs.read_store.event_changes_after`).
 
     Raises:
       ValueError: A malformed cursor.

@@ -15,7 +15,9 @@ bulk action see exactly the same jobs, at any table size:
 
 The change feed's position is the commit order of ``job_events``: SQLite's ``rowid`` (one writer at a
 time allocates it inside its transaction), PostgreSQL's ``(change_xid, change_id)`` read only below
-the oldest running transaction (see revision 0009).
+the oldest running transaction of this database (see revision 0009). On PostgreSQL the order across
+jobs is that of transaction ids; within a job it is commit order, because an event's ``change_xid`` is
+never below its job's previous event's (revision 0012).
 """
 
 from __future__ import annotations
@@ -248,8 +250,9 @@ def event_changes_after(
 
     SQLite positions are ``(rowid, 0)``: one writer at a time allocates rowids inside its transaction,
     so a reader's snapshot holds a prefix of them. PostgreSQL positions are ``(change_xid, change_id)``,
-    read only below the snapshot's ``xmin`` (every older transaction has ended, every later one has a
-    larger xid): nothing can commit behind a position once it was handed out.
+    read only below the oldest transaction of this database still running (:data:`_PG_HORIZON`: every
+    older one has ended, every later one has a larger xid): nothing can commit behind a position once it
+    was handed out.
     """
     owner = " AND j.owner_id = :owner" if owner_id is not None else ""
     params: dict[str, Any] = {"a": after[0], "b": after[1], "owner": owner_id, "limit": limit}
@@ -288,9 +291,25 @@ def event_changes_after(
 _MAX_ID = 2**62
 
 
+#: The oldest transaction still running that may write this database's events, or the next id to be
+#: handed out when none runs. A snapshot's in-progress ids span every database of the server, so a long
+#: write elsewhere (a bulk load, another application) would hold the feed back. An id is dropped only
+#: when ``pg_stat_activity`` names another database for it. Ids are never reused and a session's
+#: database never changes, so that answer cannot be wrong, even if the view was read before the
+#: snapshot. An id the view does not show (ended meanwhile, another role's session hidden from this
+#: one, a prepared transaction) still holds the feed back.
+_PG_HORIZON = text(
+    "SELECT coalesce("
+    "(SELECT min(x::text::bigint) FROM pg_snapshot_xip(snap.s) AS x WHERE NOT EXISTS ("
+    "SELECT 1 FROM pg_stat_activity a WHERE a.datname <> current_database() "
+    "AND a.backend_xid::text::bigint = x::text::bigint % 4294967296)), "
+    "pg_snapshot_xmax(snap.s)::text::bigint) FROM (SELECT pg_current_snapshot() AS s) snap"
+)
+
+
 def head_position(conn: Connection) -> tuple[int, int]:
     """The position after every event a reader can see now (see :func:`event_changes_after`)."""
     if conn.dialect.name == "sqlite":
         return int(conn.execute(text("SELECT coalesce(max(rowid), 0) FROM job_events")).scalar_one()), 0
-    horizon = int(conn.execute(text("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")).scalar_one())
+    horizon = int(conn.execute(_PG_HORIZON).scalar_one())
     return horizon - 1, _MAX_ID

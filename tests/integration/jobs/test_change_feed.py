@@ -1,0 +1,81 @@
+"""The PostgreSQL change cursor with a transaction that commits late: it is not skipped, and a job it
+moves after a younger transaction did keeps its events in commit order (revisions 0009 and 0012).
+Transactions of other databases on the same server do not hold the feed back.
+
+The concurrent version, through two gunicorn processes, is tests/acceptance/jobs/test_live_feed.py.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from jobs import db, store, transitions
+from jobs.queries import ChangePage, change_head, changes_after
+
+from .support import PG_ADMIN_URL, JobEnv, job_env
+
+pytestmark = pytest.mark.services
+
+
+@pytest.fixture()
+def pg(tmp_path: Path) -> Iterator[JobEnv]:
+    with job_env("postgres", tmp_path) as env:
+        env.declare("feed_echo", lambda: None)
+        yield env
+
+
+def _until(env: JobEnv, cursor: str, count: int) -> ChangePage:
+    """The changes after *cursor* once *count* are served (or what is served after a deadline)."""
+    deadline = time.monotonic() + 20
+    while True:
+        page = changes_after(env.engine, cursor, is_admin=True)
+        if len(page.items) >= count or time.monotonic() > deadline:
+            return page
+        time.sleep(0.02)
+
+
+def test_a_late_committer_is_served_not_skipped(pg: JobEnv) -> None:
+    early = pg.submit("feed_echo")
+    start = change_head(pg.engine)
+    with db.write(pg.engine) as tx:  # takes its transaction id now, commits after the submit below
+        assert transitions.claim(tx, early.id, worker="h:1:w", lease_ms=60_000, now=store.now_ms())
+        later = pg.submit("feed_echo")
+        held_back = changes_after(pg.engine, start, is_admin=True)
+        # The younger submit has committed, but the feed waits for the older open transaction (and its
+        # cursor stays behind it: resuming from there serves both).
+        assert held_back.items == []
+    page = _until(pg, held_back.cursor, 2)
+    assert [(c.job_id, c.status) for c in page.items] == [(early.id, "running"), (later.id, "queued")]
+    assert changes_after(pg.engine, page.cursor, is_admin=True).items == []
+
+
+def test_a_job_moved_by_an_older_open_transaction_keeps_its_order(pg: JobEnv) -> None:
+    first = pg.submit("feed_echo")
+    start = change_head(pg.engine)
+    with db.write(pg.engine) as tx:
+        assert transitions.claim(tx, first.id, worker="h:1:w", lease_ms=60_000, now=store.now_ms())
+        second = pg.submit("feed_echo")  # a younger transaction, committed while this one is open
+        row = store.job_get(tx.conn, second.id)
+        assert row is not None and transitions.cancel_queued(tx, row, now=store.now_ms(), by="test")
+    page = _until(pg, start, 3)
+    moves = [(c.job_id, c.sequence, c.status) for c in page.items]
+    assert [m for m in moves if m[0] == second.id] == [(second.id, 1, "queued"), (second.id, 2, "cancelled")]
+    assert (first.id, 2, "running") in moves and len(moves) == 3
+
+
+def test_an_open_transaction_in_another_database_does_not_hold_the_feed_back(pg: JobEnv) -> None:
+    start = change_head(pg.engine)
+    other = create_engine(PG_ADMIN_URL)  # another database on the same server
+    try:
+        with other.connect() as conn:
+            conn.execute(text("SELECT pg_current_xact_id()"))  # a transaction id, as a bulk load would hold
+            job = pg.submit("feed_echo")
+            assert [c.job_id for c in _until(pg, start, 1).items] == [job.id]
+            conn.rollback()
+    finally:
+        other.dispose()
