@@ -22,6 +22,9 @@ from .status import JobStatus
 
 #: Most rows one call returns.
 MAX_LIMIT = 500
+#: Most changes one :func:`changes_after` call returns: above the live feed's backlog bound
+#: (``LIVE_MAX_BACKLOG``, 1,000), so a client that far behind is told to resync instead of catching up.
+MAX_CHANGES = 5_000
 #: The largest time a cursor may name (9999-12-31): a later one lies after every job.
 _MAX_MS = 253_402_300_799_000
 
@@ -346,7 +349,7 @@ def changes_after(
         if position < retention_store.pruned_position(conn):
             raise CursorExpired(_encode(head))
         rows, end = read_store.event_changes_after(
-            conn, position, None if is_admin else owner_id, max(1, min(limit, MAX_LIMIT))
+            conn, position, None if is_admin else owner_id, max(1, min(limit, MAX_CHANGES))
         )
     return ChangePage([_change(r) for r in rows], _encode(end))
 

@@ -19,8 +19,6 @@ from jobs.queries import ChangePage, change_head, changes_after
 
 from .support import PG_ADMIN_URL, JobEnv, job_env
 
-pytestmark = pytest.mark.services
-
 
 @pytest.fixture()
 def pg(tmp_path: Path) -> Iterator[JobEnv]:
@@ -39,6 +37,7 @@ def _until(env: JobEnv, cursor: str, count: int) -> ChangePage:
         time.sleep(0.02)
 
 
+@pytest.mark.services
 def test_a_late_committer_is_served_not_skipped(pg: JobEnv) -> None:
     early = pg.submit("feed_echo")
     start = change_head(pg.engine)
@@ -54,6 +53,7 @@ def test_a_late_committer_is_served_not_skipped(pg: JobEnv) -> None:
     assert changes_after(pg.engine, page.cursor, is_admin=True).items == []
 
 
+@pytest.mark.services
 def test_a_job_moved_by_an_older_open_transaction_keeps_its_order(pg: JobEnv) -> None:
     first = pg.submit("feed_echo")
     start = change_head(pg.engine)
@@ -68,6 +68,7 @@ def test_a_job_moved_by_an_older_open_transaction_keeps_its_order(pg: JobEnv) ->
     assert (first.id, 2, "running") in moves and len(moves) == 3
 
 
+@pytest.mark.services
 def test_an_open_transaction_in_another_database_does_not_hold_the_feed_back(pg: JobEnv) -> None:
     start = change_head(pg.engine)
     other = create_engine(PG_ADMIN_URL)  # another database on the same server
@@ -79,3 +80,15 @@ def test_an_open_transaction_in_another_database_does_not_hold_the_feed_back(pg:
             conn.rollback()
     finally:
         other.dispose()
+
+
+def test_a_page_of_changes_reaches_past_the_feeds_backlog_bound(tmp_path: Path) -> None:
+    """The live feed asks for LIVE_MAX_BACKLOG + 1 changes to tell a far-behind client to resync: a page
+    must be able to hold that many (it was once capped at 500, so "behind" could never be seen)."""
+    with job_env("sqlite", tmp_path) as env:
+        env.declare("feed_echo", lambda: None)
+        start = change_head(env.engine)
+        for i in range(1_100):
+            env.submit("feed_echo", idempotency_key=f"k{i}")
+        page = changes_after(env.engine, start, is_admin=True, limit=1_001)
+    assert len(page.items) == 1_001
