@@ -13,8 +13,9 @@ The CHECKs are the status machine of :mod:`jobs.status`:
 - ``0 <= attempt <= max_attempts``.
 
 Revision 0009 adds what a model cannot declare: the ``jobs_status_moves`` trigger (only the moves of
-``jobs.status.ALLOWED``) and the text-search index (SQLite: the ``jobs_search`` FTS5 table;
-PostgreSQL: ``job_search`` with a trigram index), each kept in step by triggers.
+``jobs.status.ALLOWED``; since revision 0012 it checks every write of ``status``) and the text-search
+index (SQLite: the ``jobs_search`` FTS5 table; PostgreSQL: ``job_search`` with a trigram index), each
+kept in step by triggers.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The job status machine, written down three times: here (the enum and :data:`ALLOWED`), drawn in
-docs/jobs.md, and enforced by the database (CHECKs in jobs/models.py, the ``jobs_status_moves`` and
-``jobs_finished_frozen`` triggers of revision 0009).
+docs/jobs.md, and enforced by the database (CHECKs in jobs/models.py; the ``jobs_status_moves`` trigger
+of revision 0009, which since revision 0012 checks every write of ``status``, not only a change).
 
 queued ──claim──► running ──► succeeded | failed | cancelled
    ▲                 │  └──► interrupted   (lease expired on an unsafe kind)
@@ -47,7 +47,8 @@ RETRYABLE_STATUSES = frozenset({JobStatus.FAILED, JobStatus.CANCELLED, JobStatus
 
 S = JobStatus
 #: Every status move a job may make, and the transition (:mod:`jobs.transitions`) that makes it. The
-#: database refuses any other move, and any update of a finished job.
+#: database refuses any other write of ``status``: a finished job's status is never written again, not
+#: even to the same value (tests/integration/jobs/test_transition_walk.py walks every pair).
 ALLOWED: frozenset[tuple[JobStatus, JobStatus]] = frozenset(
     {
         (S.QUEUED, S.RUNNING),  # claim; start_workflow
