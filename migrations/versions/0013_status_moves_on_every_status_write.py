@@ -9,8 +9,8 @@ the pair (old, new) must be one of ``ALLOWED``, ``running → running`` (a safe 
 over by a new claim) included; a finished job's status is never written again. Updates that do not set
 ``status`` (progress, heartbeats, cancel requests) do not fire it, as before.
 
-Revision ID: 0012
-Revises: 0011
+Revision ID: 0013
+Revises: 0012
 Create Date: 2026-12-04
 """
 
@@ -20,8 +20,8 @@ from collections.abc import Sequence
 
 from alembic import op
 
-revision: str = "0012"
-down_revision: str | Sequence[str] | None = "0011"
+revision: str = "0013"
+down_revision: str | Sequence[str] | None = "0012"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
