@@ -208,6 +208,22 @@ class JobDependency(Base):
     )
 
 
+class JobExit(Base):
+    """An attempt that timed out while its thread would not stop (revision 0012): the job is failed, the
+    thread runs on. Its worker renews the lease while the thread lives and deletes the row when it
+    returns; recovery ends a row whose lease expired. A manual retry waits while the lease is live."""
+
+    __tablename__ = "job_exits"
+
+    job_id: Mapped[str] = mapped_column(String(32), ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+    worker_id: Mapped[str] = mapped_column(String(200))
+    timed_out_at: Mapped[int] = mapped_column(BigInteger)
+    lease_expires_at: Mapped[int] = mapped_column(BigInteger)
+
+    __table_args__ = (Index("ix_job_exits_lease", "lease_expires_at"),)
+
+
 class RetentionMark(Base):
     """A named high-water mark of retention (revision 0007).
 

@@ -14,7 +14,8 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import Engine
 
-from . import db, read_store, retention_store, store
+from . import attempts, db, exit_store, read_store, retention_store, store
+from .attempts import AttemptRecord
 from .errors import CursorExpired, JobNotFound
 from .read_store import JobFilterSQL
 from .records import JobEventRecord, JobRecord
@@ -83,9 +84,10 @@ def get_job(engine: Engine, job_id: str, *, owner_id: str, is_admin: bool = Fals
     """
     with db.read(engine) as conn:
         row = store.job_get(conn, job_id)
+        exiting = row is not None and row.status == "failed" and exit_store.exit_get_live(conn, job_id, store.now_ms())
     if row is None or (not is_admin and row.owner_id != owner_id):
         raise JobNotFound()
-    return JobRecord.from_row(row)
+    return JobRecord.from_row(row, still_exiting=bool(exiting))
 
 
 def list_jobs(
@@ -180,6 +182,24 @@ def job_events(
             raise JobNotFound()
         events = store.event_list_after(conn, job_id, after, max(1, min(limit, MAX_LIMIT)))
     return [JobEventRecord.from_row(e) for e in events]
+
+
+def job_attempts(engine: Engine, job_id: str, *, owner_id: str, is_admin: bool = False) -> list[AttemptRecord]:
+    """The job's attempts, oldest first: when each ran, how it ended, what happened next (:mod:`jobs.attempts`).
+
+    Raises:
+      JobNotFound: No such job, or another owner's.
+    """
+    with db.read(engine) as conn:
+        row = store.job_get(conn, job_id)
+        if row is None or (not is_admin and row.owner_id != owner_id):
+            raise JobNotFound()
+        # a status event per move: each attempt opens and ends with one, the submit writes one (room to spare)
+        statuses = store.event_list_of_type(conn, job_id, attempts.EVENT_TYPE, 4 * row.max_attempts + 10)
+        exiting = exit_store.exit_get_live(conn, job_id, store.now_ms())
+    return attempts.attempts_from(
+        [JobEventRecord.from_row(e) for e in statuses], still_exiting=None if exiting is None else exiting.attempt
+    )
 
 
 def running_jobs_submitted_before(engine: Engine, before_ms: int) -> int:

@@ -14,7 +14,8 @@ whose guarded UPDATE still requires the expired lease and the attempt/worker tha
 recovery racing a late heartbeat, a claim or another recovery changes nothing twice. Its status event
 says what happened: ``reason: lease expired``, the attempt, and the worker and host that lost it.
 Called at worker start, periodically by workers, by the scheduler's resync, and for one job by a
-claim that finds it expired.
+claim that finds it expired. The periodic pass also ends the exits (:mod:`jobs.exit_store`) of
+timed-out attempts whose worker died before their thread returned.
 """
 
 from __future__ import annotations
@@ -79,6 +80,15 @@ def recover_expired(engine: Engine, now: int | None = None, *, broker: Broker | 
         report += batch
         if batch.total < RECOVERY_BATCH:
             break
+    with db.write(engine) as tx:
+        ended = transitions.end_expired_exits(tx, now=store.now_ms() if now is None else now, limit=RECOVERY_BATCH)
+    for row in ended:
+        logger.warning(
+            "Job %s attempt %d timed out and was still exiting when its worker %s stopped renewing it; ended.",
+            row.job_id,
+            row.attempt,
+            row.worker_id,
+        )
     if report.total:
         logger.warning(
             "Recovered expired jobs: %d requeued, %d cancelled, %d interrupted, %d failed.",

@@ -53,7 +53,6 @@ ALLOWED: frozenset[tuple[JobStatus, JobStatus]] = frozenset(
         (S.QUEUED, S.RUNNING),  # claim; start_workflow
         (S.QUEUED, S.CANCELLED),  # cancel_queued
         (S.QUEUED, S.FAILED),  # fail_queued (no worker can run its kind)
-        (S.RUNNING, S.RUNNING),  # claim of a safe job whose lease expired (the next attempt takes over)
         (S.RUNNING, S.SUCCEEDED),  # complete; finish_workflow
         (S.RUNNING, S.FAILED),  # fail; recover (last attempt lost); finish_workflow
         (S.RUNNING, S.CANCELLED),  # cancel_running (a checkpoint honoured the request); recover; finish_workflow

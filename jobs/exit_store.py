@@ -1,0 +1,83 @@
+"""All SQL of executions still exiting (``job_exits``, revision 0012; :class:`jobs.models.JobExit`).
+
+A row names an attempt that timed out while its thread would not stop: its job is already ``failed``
+(the transition that wrote the row, :func:`jobs.transitions.time_out_still_exiting`), its thread runs
+on. Invariants:
+
+- at most one row per job (its last attempt: a failed job is never claimed again);
+- ``lease_expires_at`` is renewed by the worker process running the thread (guarded by that worker's
+  id), so a row whose lease expired belongs to a process that died: recovery ends it;
+- a live row (``lease_expires_at >= now``) makes a manual retry of the job wait.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+
+from sqlalchemy import Connection
+
+from .store import _exec
+
+
+@dataclass(frozen=True)
+class ExitRow:
+    job_id: str
+    attempt: int
+    worker_id: str
+    timed_out_at: int
+    lease_expires_at: int
+
+
+def exit_insert(conn: Connection, job_id: str, attempt: int, worker: str, now: int, expires: int) -> None:
+    _exec(
+        conn,
+        "INSERT INTO job_exits (job_id, attempt, worker_id, timed_out_at, lease_expires_at) "
+        "VALUES (:id, :attempt, :worker, :now, :expires)",
+        {"id": job_id, "attempt": attempt, "worker": worker, "now": now, "expires": expires},
+    )
+
+
+def exit_renew(conn: Connection | sqlite3.Connection, job_id: str, worker: str, expires: int) -> bool:
+    """Extend the exit lease of *worker*'s row (False: recovery ended it, or it is another worker's)."""
+    return bool(
+        _exec(
+            conn,
+            "UPDATE job_exits SET lease_expires_at = :expires WHERE job_id = :id AND worker_id = :worker",
+            {"id": job_id, "worker": worker, "expires": expires},
+        ).rowcount
+    )
+
+
+def exit_delete(conn: Connection, job_id: str, worker: str) -> ExitRow | None:
+    """The thread of *worker*'s row returned: remove the row (None: recovery ended it first)."""
+    row = _exec(
+        conn,
+        "DELETE FROM job_exits WHERE job_id = :id AND worker_id = :worker "
+        "RETURNING job_id, attempt, worker_id, timed_out_at, lease_expires_at",
+        {"id": job_id, "worker": worker},
+    ).fetchone()
+    return None if row is None else ExitRow(*row)
+
+
+def exit_delete_expired(conn: Connection, now: int, limit: int) -> list[ExitRow]:
+    """Remove rows whose lease expired before *now* (their worker process died), oldest first."""
+    rows = _exec(
+        conn,
+        "DELETE FROM job_exits WHERE job_id IN (SELECT job_id FROM job_exits WHERE lease_expires_at < :now "
+        "ORDER BY lease_expires_at LIMIT :limit) "
+        "RETURNING job_id, attempt, worker_id, timed_out_at, lease_expires_at",
+        {"now": now, "limit": limit},
+    ).fetchall()
+    return [ExitRow(*r) for r in rows]
+
+
+def exit_get_live(conn: Connection, job_id: str, now: int) -> ExitRow | None:
+    """The job's row if its lease is live at *now* (the thread is still exiting)."""
+    row = _exec(
+        conn,
+        "SELECT job_id, attempt, worker_id, timed_out_at, lease_expires_at FROM job_exits "
+        "WHERE job_id = :id AND lease_expires_at >= :now",
+        {"id": job_id, "now": now},
+    ).fetchone()
+    return None if row is None else ExitRow(*row)
