@@ -12,12 +12,17 @@ on. Invariants:
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, text
 
-from .store import _exec
+#: The columns of an :class:`ExitRow`, in order.
+_COLUMNS = "job_id, attempt, worker_id, timed_out_at, lease_expires_at"
+
+
+def _exec(conn: Connection, sql: str, params: dict[str, Any]) -> Any:
+    return conn.execute(text(sql), params)
 
 
 @dataclass(frozen=True)
@@ -32,13 +37,12 @@ class ExitRow:
 def exit_insert(conn: Connection, job_id: str, attempt: int, worker: str, now: int, expires: int) -> None:
     _exec(
         conn,
-        "INSERT INTO job_exits (job_id, attempt, worker_id, timed_out_at, lease_expires_at) "
-        "VALUES (:id, :attempt, :worker, :now, :expires)",
+        f"INSERT INTO job_exits ({_COLUMNS}) VALUES (:id, :attempt, :worker, :now, :expires)",
         {"id": job_id, "attempt": attempt, "worker": worker, "now": now, "expires": expires},
     )
 
 
-def exit_renew(conn: Connection | sqlite3.Connection, job_id: str, worker: str, expires: int) -> bool:
+def exit_renew(conn: Connection, job_id: str, worker: str, expires: int) -> bool:
     """Extend the exit lease of *worker*'s row (False: recovery ended it, or it is another worker's)."""
     return bool(
         _exec(
@@ -53,8 +57,7 @@ def exit_delete(conn: Connection, job_id: str, worker: str) -> ExitRow | None:
     """The thread of *worker*'s row returned: remove the row (None: recovery ended it first)."""
     row = _exec(
         conn,
-        "DELETE FROM job_exits WHERE job_id = :id AND worker_id = :worker "
-        "RETURNING job_id, attempt, worker_id, timed_out_at, lease_expires_at",
+        f"DELETE FROM job_exits WHERE job_id = :id AND worker_id = :worker RETURNING {_COLUMNS}",
         {"id": job_id, "worker": worker},
     ).fetchone()
     return None if row is None else ExitRow(*row)
@@ -65,8 +68,7 @@ def exit_delete_expired(conn: Connection, now: int, limit: int) -> list[ExitRow]
     rows = _exec(
         conn,
         "DELETE FROM job_exits WHERE job_id IN (SELECT job_id FROM job_exits WHERE lease_expires_at < :now "
-        "ORDER BY lease_expires_at LIMIT :limit) "
-        "RETURNING job_id, attempt, worker_id, timed_out_at, lease_expires_at",
+        f"ORDER BY lease_expires_at LIMIT :limit) RETURNING {_COLUMNS}",
         {"now": now, "limit": limit},
     ).fetchall()
     return [ExitRow(*r) for r in rows]
@@ -76,8 +78,7 @@ def exit_get_live(conn: Connection, job_id: str, now: int) -> ExitRow | None:
     """The job's row if its lease is live at *now* (the thread is still exiting)."""
     row = _exec(
         conn,
-        "SELECT job_id, attempt, worker_id, timed_out_at, lease_expires_at FROM job_exits "
-        "WHERE job_id = :id AND lease_expires_at >= :now",
+        f"SELECT {_COLUMNS} FROM job_exits WHERE job_id = :id AND lease_expires_at >= :now",
         {"id": job_id, "now": now},
     ).fetchone()
     return None if row is None else ExitRow(*row)

@@ -83,11 +83,16 @@ def get_job(engine: Engine, job_id: str, *, owner_id: str, is_admin: bool = Fals
       JobNotFound: No such job, or another owner's (the two are indistinguishable).
     """
     with db.read(engine) as conn:
-        row = store.job_get(conn, job_id)
-        exiting = row is not None and row.status == "failed" and exit_store.exit_get_live(conn, job_id, store.now_ms())
+        row = _visible(store.job_get(conn, job_id), owner_id, is_admin)
+        exiting = row.status == "failed" and exit_store.exit_get_live(conn, job_id, store.now_ms()) is not None
+    return JobRecord.from_row(row, still_exiting=exiting)
+
+
+def _visible(row: store.JobRow | None, owner_id: str, is_admin: bool) -> store.JobRow:
+    """*row* if the caller may see it; another owner's job is indistinguishable from a missing one."""
     if row is None or (not is_admin and row.owner_id != owner_id):
         raise JobNotFound()
-    return JobRecord.from_row(row, still_exiting=bool(exiting))
+    return row
 
 
 def list_jobs(
@@ -177,9 +182,7 @@ def job_events(
       JobNotFound: No such job, or another owner's.
     """
     with db.read(engine) as conn:
-        row = store.job_get(conn, job_id)
-        if row is None or (not is_admin and row.owner_id != owner_id):
-            raise JobNotFound()
+        _visible(store.job_get(conn, job_id), owner_id, is_admin)
         events = store.event_list_after(conn, job_id, after, max(1, min(limit, MAX_LIMIT)))
     return [JobEventRecord.from_row(e) for e in events]
 
@@ -191,9 +194,7 @@ def job_attempts(engine: Engine, job_id: str, *, owner_id: str, is_admin: bool =
       JobNotFound: No such job, or another owner's.
     """
     with db.read(engine) as conn:
-        row = store.job_get(conn, job_id)
-        if row is None or (not is_admin and row.owner_id != owner_id):
-            raise JobNotFound()
+        row = _visible(store.job_get(conn, job_id), owner_id, is_admin)
         # a status event per move: each attempt opens and ends with one, the submit writes one (room to spare)
         statuses = store.event_list_of_type(conn, job_id, attempts.EVENT_TYPE, 4 * row.max_attempts + 10)
         exiting = exit_store.exit_get_live(conn, job_id, store.now_ms())

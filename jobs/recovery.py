@@ -29,6 +29,7 @@ from sqlalchemy import Engine
 from broker import SQLiteBroker
 
 from . import db, store, transitions
+from .exit_store import ExitRow
 from .publish import prepare_broker, resolve_broker, same_sqlite_file
 
 logger = logging.getLogger(__name__)
@@ -74,14 +75,16 @@ def recover_expired(engine: Engine, now: int | None = None, *, broker: Broker | 
     broker = resolve_broker(broker)
     prepare_broker(broker)
     report = RecoveryReport()
+    ended: list[ExitRow] = []
     while True:
         with db.write(engine) as tx:
-            batch = recover_in(tx, broker, store.now_ms() if now is None else now, limit=RECOVERY_BATCH)
+            at = store.now_ms() if now is None else now
+            batch = recover_in(tx, broker, at, limit=RECOVERY_BATCH)
+            if batch.total < RECOVERY_BATCH:  # the last batch's transaction also ends expired exits
+                ended = transitions.end_expired_exits(tx, now=at, limit=RECOVERY_BATCH)
         report += batch
         if batch.total < RECOVERY_BATCH:
             break
-    with db.write(engine) as tx:
-        ended = transitions.end_expired_exits(tx, now=store.now_ms() if now is None else now, limit=RECOVERY_BATCH)
     for row in ended:
         logger.warning(
             "Job %s attempt %d timed out and was still exiting when its worker %s stopped renewing it; ended.",

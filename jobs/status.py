@@ -21,8 +21,8 @@ class JobStatus(StrEnum):
     QUEUED = "queued"
     #: Owned by one worker (``worker_id``, ``attempt``) while its lease is renewed. Left by that
     #: worker (→ succeeded / failed / cancelled / queued for a retry) or, once the lease expired, by
-    #: recovery (→ queued if the kind is safe to rerun, cancelled if cancel was requested, else
-    #: interrupted) or a new claim of a safe kind (→ running, next attempt).
+    #: recovery (→ queued if the kind is safe to rerun, cancelled if cancel was requested, failed on
+    #: its last attempt, else interrupted; a claim that meets the expired lease recovers it first).
     RUNNING = "running"
     #: Terminal. Nobody moves a job out of it; in particular it never becomes cancelled.
     SUCCEEDED = "succeeded"

@@ -113,15 +113,7 @@ def complete(tx: Tx, attempt: Attempt, result: str | None, *, now: int, progress
     )
     if seq is None:
         return False
-    events.status_event(
-        tx,
-        job_id=attempt.job_id,
-        sequence=seq,
-        status="succeeded",
-        now=now,
-        attempt=attempt.attempt,
-        outcome=attempts.SUCCEEDED,
-    )
+    _attempt_ended(tx, attempt, seq, "succeeded", now, outcome=attempts.SUCCEEDED)
     _finished(tx, attempt, "succeeded", now)
     return True
 
@@ -163,16 +155,7 @@ def fail(tx: Tx, attempt: Attempt, error: str, *, now: int, outcome: str = attem
     seq = store.job_finish_if_current(tx.conn, attempt.job_id, attempt.attempt, attempt.worker_id, "failed", error, now)
     if seq is None:
         return False
-    events.status_event(
-        tx,
-        job_id=attempt.job_id,
-        sequence=seq,
-        status="failed",
-        now=now,
-        attempt=attempt.attempt,
-        error=error,
-        outcome=outcome,
-    )
+    _attempt_ended(tx, attempt, seq, "failed", now, outcome=outcome, error=error)
     _finished(tx, attempt, "failed", now)
     return True
 
@@ -212,15 +195,7 @@ def cancel_running(tx: Tx, attempt: Attempt, *, now: int) -> bool:
     )
     if seq is None:
         return False
-    events.status_event(
-        tx,
-        job_id=attempt.job_id,
-        sequence=seq,
-        status="cancelled",
-        now=now,
-        attempt=attempt.attempt,
-        outcome=attempts.CANCELLED,
-    )
+    _attempt_ended(tx, attempt, seq, "cancelled", now, outcome=attempts.CANCELLED)
     _finished(tx, attempt, "cancelled", now)
     return True
 
@@ -236,16 +211,15 @@ def requeue_for_retry(tx: Tx, attempt: Attempt, error: str, *, delay_s: float, n
     )
     if seq is None or job is None:
         return False
-    events.status_event(
+    _attempt_ended(
         tx,
-        job_id=attempt.job_id,
-        sequence=seq,
-        status="queued",
-        now=now,
-        attempt=attempt.attempt,
+        attempt,
+        seq,
+        "queued",
+        now,
+        outcome=attempts.FAILED,
         error=error,
         retry_in_s=round(delay_s, 3),
-        outcome=attempts.FAILED,
         next=attempts.NEXT_RETRY,
     )
     _publish(tx, job, delay_ms=int(delay_s * 1000), now=now)
@@ -259,6 +233,20 @@ def requeue_for_retry(tx: Tx, attempt: Attempt, error: str, *, delay_s: float, n
         duration_s=attempt.elapsed_s(),
     )
     return True
+
+
+def _attempt_ended(tx: Tx, attempt: Attempt, seq: int, status: str, now: int, *, outcome: str, **data: Any) -> None:
+    """The status event of a move that ends *attempt*: the new status, the attempt and how it ended."""
+    events.status_event(
+        tx,
+        job_id=attempt.job_id,
+        sequence=seq,
+        status=status,
+        now=now,
+        attempt=attempt.attempt,
+        outcome=outcome,
+        **data,
+    )
 
 
 # -- control (cancel, unknown kinds) ----------------------------------------------------------------
