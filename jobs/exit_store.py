@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, bindparam, text
 
 #: The columns of an :class:`ExitRow`, in order.
 _COLUMNS = "job_id, attempt, worker_id, timed_out_at, lease_expires_at"
@@ -82,3 +82,13 @@ def exit_get_live(conn: Connection, job_id: str, now: int) -> ExitRow | None:
         {"id": job_id, "now": now},
     ).fetchone()
     return None if row is None else ExitRow(*row)
+
+
+def exit_live_job_ids(conn: Connection, job_ids: list[str], now: int) -> set[str]:
+    """Which of *job_ids* have a live row at *now* (their timed-out thread is still exiting)."""
+    if not job_ids:
+        return set()
+    stmt = text("SELECT job_id FROM job_exits WHERE job_id IN :ids AND lease_expires_at >= :now").bindparams(
+        bindparam("ids", expanding=True)
+    )
+    return {r[0] for r in conn.execute(stmt, {"ids": job_ids, "now": now})}

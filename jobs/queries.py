@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 
 from . import attempts, db, exit_store, read_store, retention_store, store
 from .attempts import AttemptRecord
@@ -83,9 +83,15 @@ def get_job(engine: Engine, job_id: str, *, owner_id: str, is_admin: bool = Fals
       JobNotFound: No such job, or another owner's (the two are indistinguishable).
     """
     with db.read(engine) as conn:
-        row = _visible(store.job_get(conn, job_id), owner_id, is_admin)
-        exiting = row.status == "failed" and exit_store.exit_get_live(conn, job_id, store.now_ms()) is not None
-    return JobRecord.from_row(row, still_exiting=exiting)
+        (record,) = _records(conn, [_visible(store.job_get(conn, job_id), owner_id, is_admin)])
+    return record
+
+
+def _records(conn: Connection, rows: list[store.JobRow]) -> list[JobRecord]:
+    """The public records of *rows*, each failed one saying whether its timed-out thread is still exiting."""
+    failed = [r.id for r in rows if r.status == JobStatus.FAILED]
+    exiting = exit_store.exit_live_job_ids(conn, failed, store.now_ms())
+    return [JobRecord.from_row(r, still_exiting=r.id in exiting) for r in rows]
 
 
 def _visible(row: store.JobRow | None, owner_id: str, is_admin: bool) -> store.JobRow:
@@ -119,7 +125,7 @@ def list_jobs(
         rows = read_store.job_list(
             conn, _scoped(where or JobFilter(), owner_id, is_admin), before=cursor, limit=max(1, min(limit, MAX_LIMIT))
         )
-    return [JobRecord.from_row(r) for r in rows]
+        return _records(conn, rows)
 
 
 def page_jobs(
@@ -141,7 +147,7 @@ def page_jobs(
         rows = read_store.job_list(
             conn, _scoped(where, owner_id, is_admin), before=decode_page_cursor(cursor), limit=limit + 1
         )
-    items = [JobRecord.from_row(r) for r in rows[:limit]]
+        items = _records(conn, rows[:limit])
     more = len(rows) > limit
     return JobPage(items, encode_page_cursor(items[-1]) if more else None)
 

@@ -45,6 +45,8 @@ def test_a_retry_answers_409_while_the_timed_out_thread_is_still_exiting(client,
     # Then it is failed and still exiting: the retry is refused with that reason, the UI offers none
     r = client.get(f"/api/v1/jobs/{job.id}", headers=alice.bearer)
     assert (r.json["status"], r.json["still_exiting"], r.json["can_retry"]) == ("failed", True, False)
+    (listed,) = client.get("/api/v1/jobs", headers=alice.bearer).json["items"]
+    assert (listed["still_exiting"], listed["can_retry"]) == (True, False)
     assert _attempts(client, alice, job.id) == [(1, "timed out — still exiting", None)]
     r = client.post(f"/api/v1/jobs/{job.id}/retry", headers=alice.bearer)
     assert r.status_code == 409 and "still exiting" in r.json["error"]["message"], r.json
@@ -57,5 +59,7 @@ def test_a_retry_answers_409_while_the_timed_out_thread_is_still_exiting(client,
 
     # Then the attempt reads "timed out" and the retry is made
     assert _attempts(client, alice, job.id) == [(1, "timed out", None)]
+    (listed,) = client.get("/api/v1/jobs", headers=alice.bearer).json["items"]
+    assert (listed["still_exiting"], listed["can_retry"]) == (False, True)
     r = client.post(f"/api/v1/jobs/{job.id}/retry", headers=alice.bearer)
     assert r.status_code == 201 and r.json["retry_of_job_id"] == job.id, r.json
