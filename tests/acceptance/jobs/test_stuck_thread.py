@@ -58,9 +58,8 @@ def test_a_retry_waits_for_a_stuck_thread_to_exit(tmp_path: Path) -> None:
         with pytest.raises(JobStillExiting):
             jobs.retry(d.engine, job_id, by="u1", registry=c.registry, settings=c.settings)
 
-        # When the thread is released and returns
-        with open(fifo, "wb") as f:
-            f.write(b"x")
+        # When the thread is released (a writer opens the FIFO: the reader's open returns) and returns
+        os.close(os.open(fifo, os.O_WRONLY))
         wait_for(
             "the thread's exit",
             lambda: d.scalar("SELECT count(*) FROM job_exits WHERE job_id = :i", i=job_id) == 0,

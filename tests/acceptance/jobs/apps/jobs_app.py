@@ -74,12 +74,12 @@ def chaos(ctx: JobContext, *, n: int) -> None:
 
 @jobs.registry.kind("acc_stuck", queue=QUEUE)
 def stuck(ctx: JobContext, *, fifo: str) -> str:
-    """Block inside C code until the test writes to *fifo*: ``open`` of a FIFO waits in the kernel for a
-    writer, where the time limit's asynchronous exception cannot reach the thread (it fires only between
-    bytecodes, i.e. once the call returns)."""
+    """Block inside C code until the test opens *fifo* for writing: ``open`` of a FIFO waits in the kernel
+    for a writer, where the time limit's asynchronous exception cannot reach the thread (it fires only
+    between bytecodes, i.e. once the call returns)."""
     ctx.progress(0.1, "stuck")
     with open(fifo, "rb") as f:
-        return f.read(1).decode()
+        return f.read().decode()
 
 
 @jobs.registry.kind("acc_echo", queue=QUEUE)
