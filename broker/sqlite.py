@@ -545,6 +545,12 @@ class SQLiteBroker(Broker):
         with self.store.read() as conn:
             return [dict(zip(keys, row, strict=True)) for row in self.store.unclean_list(conn, limit)]
 
+    def acknowledge_unclean_exits(self, owners: Sequence[str]) -> int:
+        """Forget the unclean exits of *owners* (an operator saw them); how many there were."""
+        self._ready()
+        with self.store.write() as conn:
+            return self.store.unclean_delete(conn, owners)
+
     def counters(self) -> dict[str, int]:
         """This process's lease counters since start (monotonic; for metrics)."""
         keeper = self._keeper

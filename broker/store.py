@@ -610,6 +610,13 @@ class MessageStore:
         ).fetchall()
 
     @staticmethod
+    def unclean_delete(conn: sqlite3.Connection, owners: Sequence[str]) -> int:
+        """Forget the unclean exits of *owners* (an operator acknowledged them)."""
+        return sum(
+            conn.execute("DELETE FROM broker_unclean_exits WHERE owner = ?", (owner,)).rowcount for owner in owners
+        )
+
+    @staticmethod
     def process_wake_addrs(conn: sqlite3.Connection, host: str, alive_after: int) -> list[tuple[str, str]]:
         """``(wake_addr, queues)`` of live consumer processes on this host."""
         return conn.execute(

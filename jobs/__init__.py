@@ -7,6 +7,7 @@ registry.bind(broker)          # the process's composition root declares the act
 job = submit(engine, owner_id="u1", kind="render", payload={"recording_id": "r1"})
 """
 
+from .attempts import AttemptRecord
 from .context import JobContext, ResultTransaction
 from .control import CancelOutcome, CancelResult, cancel, retry, run_now
 from .current import current_job
@@ -18,6 +19,7 @@ from .errors import (
     JobError,
     JobNotFound,
     JobNotRetryable,
+    JobStillExiting,
     JobTimeout,
     PayloadInvalid,
     SchemaMismatch,
@@ -26,7 +28,7 @@ from .errors import (
 )
 from .execution.binding import JobMiddleware, install
 from .outbox import relay_once
-from .queries import get_job, job_events, list_jobs
+from .queries import get_job, job_attempts, job_events, list_jobs
 from .records import JobEventRecord, JobRecord
 from .recovery import RecoveryReport, recover_expired
 from .registry import Kind, Registry, registry
@@ -49,6 +51,7 @@ __all__ = [
     "CursorExpired",
     "CancelOutcome",
     "Extension",
+    "AttemptRecord",
     "CancelResult",
     "IdempotencyConflict",
     "JobCancelled",
@@ -58,6 +61,7 @@ __all__ = [
     "JobMiddleware",
     "JobNotFound",
     "JobNotRetryable",
+    "JobStillExiting",
     "JobRecord",
     "JobStatus",
     "JobTimeout",
@@ -78,6 +82,7 @@ __all__ = [
     "extend_workflow",
     "get_job",
     "install",
+    "job_attempts",
     "job_events",
     "list_jobs",
     "make_engine",

@@ -112,6 +112,8 @@ class JobContext:
         self.finishing = False
         self.lost = False
         self.timed_out = False
+        #: The keeper failed this attempt past its timeout while its thread ran on: it is still exiting.
+        self.exiting = False
         self.outputs: list[Path] = []
         self._phase = _IDLE
         self._phase_lock = threading.Lock()

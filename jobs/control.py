@@ -12,9 +12,9 @@ from sqlalchemy import Engine
 from broker import SQLiteBroker, expedite_delayed
 from settings.environment import Settings
 
-from . import db, events, store, transitions
+from . import db, events, exit_store, store, transitions
 from .enqueue import retry_key
-from .errors import JobNotFound, JobNotRetryable, UnknownKind
+from .errors import JobNotFound, JobNotRetryable, JobStillExiting, UnknownKind
 from .publish import JOB_ID_OPTION, prepare_broker, publish_in_transaction, resolve_broker, same_sqlite_file
 from .records import JobRecord
 from .registry import Registry
@@ -104,10 +104,11 @@ def retry(
 ) -> JobRecord:
     """Run a finished job again as a NEW job (``retry_of_job_id`` points at the old one).
 
-    Only failed, cancelled and interrupted jobs qualify: their execution has exited (a terminal
+    Only failed, cancelled and interrupted jobs qualify, once their execution has exited: a terminal
     status is written by the execution itself or after its lease expired, and any late write of
-    the old attempt is fenced). The new job has the same kind, payload, resource and priority, the
-    old job's owner, and a fresh config snapshot.
+    the old attempt is fenced; an attempt that timed out while its thread would not stop is still
+    exiting until that thread returns or its worker dies (:mod:`jobs.exit_store`). The new job has the
+    same kind, payload, resource and priority, the old job's owner, and a fresh config snapshot.
 
     A job is retried once: asking again (a double click, two operators, a bulk retry over jobs
     already retried) returns the retry made the first time, with ``created`` False, even when the
@@ -117,6 +118,7 @@ def retry(
     Raises:
       JobNotFound: No such job, or another owner's.
       JobNotRetryable: The job is queued, running or succeeded.
+      JobStillExiting: Its last attempt timed out and its thread is still exiting.
       UnknownKind: Its kind is no longer registered.
 
     Returns:
@@ -126,6 +128,12 @@ def retry(
 
     with db.read(engine) as conn:
         job = _visible(store.job_get(conn, job_id), by, is_admin)
+        exiting = exit_store.exit_get_live(conn, job_id, store.now_ms())
+    if exiting is not None:
+        raise JobStillExiting(
+            f"job {job_id} timed out but attempt {exiting.attempt} is still exiting (its thread has not "
+            "stopped); retry it once it has exited"
+        )
     if JobStatus(job.status) not in RETRYABLE_STATUSES:
         raise JobNotRetryable(
             f"job {job_id} is {job.status}; only failed, cancelled or interrupted jobs can be retried"

@@ -51,6 +51,11 @@ class JobNotRetryable(JobError):
     """Only failed, cancelled or interrupted jobs can be retried."""
 
 
+class JobStillExiting(JobNotRetryable):
+    """The job timed out but its execution is still exiting (its thread has not stopped); retry it once it
+    has exited."""
+
+
 class CursorExpired(JobError):
     """Events after this change cursor were deleted by retention: resync from ``head``."""
 

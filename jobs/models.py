@@ -13,7 +13,7 @@ The CHECKs are the status machine of :mod:`jobs.status`:
 - ``0 <= attempt <= max_attempts``.
 
 Revision 0009 adds what a model cannot declare: the ``jobs_status_moves`` trigger (only the moves of
-``jobs.status.ALLOWED``; since revision 0012 it checks every write of ``status``) and the text-search
+``jobs.status.ALLOWED``; since revision 0013 it checks every write of ``status``) and the text-search
 index (SQLite: the ``jobs_search`` FTS5 table; PostgreSQL: ``job_search`` with a trigram index), each
 kept in step by triggers.
 """
@@ -208,6 +208,22 @@ class JobDependency(Base):
         CheckConstraint("job_id <> depends_on_job_id", name="no_self_dependency"),
         Index("ix_job_dependencies_depends_on", "depends_on_job_id"),
     )
+
+
+class JobExit(Base):
+    """An attempt that timed out while its thread would not stop (revision 0014): the job is failed, the
+    thread runs on. Its worker renews the lease while the thread lives and deletes the row when it
+    returns; recovery ends a row whose lease expired. A manual retry waits while the lease is live."""
+
+    __tablename__ = "job_exits"
+
+    job_id: Mapped[str] = mapped_column(String(32), ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+    worker_id: Mapped[str] = mapped_column(String(200))
+    timed_out_at: Mapped[int] = mapped_column(BigInteger)
+    lease_expires_at: Mapped[int] = mapped_column(BigInteger)
+
+    __table_args__ = (Index("ix_job_exits_lease", "lease_expires_at"),)
 
 
 class RetentionMark(Base):

@@ -12,9 +12,10 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 
-from . import db, read_store, retention_store, store
+from . import attempts, db, exit_store, read_store, retention_store, store
+from .attempts import AttemptRecord
 from .errors import CursorExpired, JobNotFound
 from .read_store import JobFilterSQL
 from .records import JobEventRecord, JobRecord
@@ -85,10 +86,22 @@ def get_job(engine: Engine, job_id: str, *, owner_id: str, is_admin: bool = Fals
       JobNotFound: No such job, or another owner's (the two are indistinguishable).
     """
     with db.read(engine) as conn:
-        row = store.job_get(conn, job_id)
+        (record,) = _records(conn, [_visible(store.job_get(conn, job_id), owner_id, is_admin)])
+    return record
+
+
+def _records(conn: Connection, rows: list[store.JobRow]) -> list[JobRecord]:
+    """The public records of *rows*, each failed one saying whether its timed-out thread is still exiting."""
+    failed = [r.id for r in rows if r.status == JobStatus.FAILED]
+    exiting = exit_store.exit_live_job_ids(conn, failed, store.now_ms())
+    return [JobRecord.from_row(r, still_exiting=r.id in exiting) for r in rows]
+
+
+def _visible(row: store.JobRow | None, owner_id: str, is_admin: bool) -> store.JobRow:
+    """*row* if the caller may see it; another owner's job is indistinguishable from a missing one."""
     if row is None or (not is_admin and row.owner_id != owner_id):
         raise JobNotFound()
-    return JobRecord.from_row(row)
+    return row
 
 
 def list_jobs(
@@ -115,7 +128,7 @@ def list_jobs(
         rows = read_store.job_list(
             conn, _scoped(where or JobFilter(), owner_id, is_admin), before=cursor, limit=max(1, min(limit, MAX_LIMIT))
         )
-    return [JobRecord.from_row(r) for r in rows]
+        return _records(conn, rows)
 
 
 def page_jobs(
@@ -137,7 +150,7 @@ def page_jobs(
         rows = read_store.job_list(
             conn, _scoped(where, owner_id, is_admin), before=decode_page_cursor(cursor), limit=limit + 1
         )
-    items = [JobRecord.from_row(r) for r in rows[:limit]]
+        items = _records(conn, rows[:limit])
     more = len(rows) > limit
     return JobPage(items, encode_page_cursor(items[-1]) if more else None)
 
@@ -178,11 +191,25 @@ def job_events(
       JobNotFound: No such job, or another owner's.
     """
     with db.read(engine) as conn:
-        row = store.job_get(conn, job_id)
-        if row is None or (not is_admin and row.owner_id != owner_id):
-            raise JobNotFound()
+        _visible(store.job_get(conn, job_id), owner_id, is_admin)
         events = store.event_list_after(conn, job_id, after, max(1, min(limit, MAX_LIMIT)))
     return [JobEventRecord.from_row(e) for e in events]
+
+
+def job_attempts(engine: Engine, job_id: str, *, owner_id: str, is_admin: bool = False) -> list[AttemptRecord]:
+    """The job's attempts, oldest first: when each ran, how it ended, what happened next (:mod:`jobs.attempts`).
+
+    Raises:
+      JobNotFound: No such job, or another owner's.
+    """
+    with db.read(engine) as conn:
+        row = _visible(store.job_get(conn, job_id), owner_id, is_admin)
+        # a status event per move: each attempt opens and ends with one, the submit writes one (room to spare)
+        statuses = store.event_list_of_type(conn, job_id, attempts.EVENT_TYPE, 4 * row.max_attempts + 10)
+        exiting = exit_store.exit_get_live(conn, job_id, store.now_ms())
+    return attempts.attempts_from(
+        [JobEventRecord.from_row(e) for e in statuses], still_exiting=None if exiting is None else exiting.attempt
+    )
 
 
 def running_jobs_submitted_before(engine: Engine, before_ms: int) -> int:

@@ -48,13 +48,15 @@ class JobRecord:
     #: The kind's summary of the job (see :attr:`jobs.registry.Kind.summary`).
     summary: str | None = None
     created: bool = False
+    #: Its last attempt timed out and its thread has not stopped yet: a retry waits (see jobs.exit_store).
+    still_exiting: bool = False
 
     @property
     def terminal(self) -> bool:
         return self.status.terminal
 
     @classmethod
-    def from_row(cls, row: JobRow, *, created: bool = False) -> JobRecord:
+    def from_row(cls, row: JobRow, *, created: bool = False, still_exiting: bool = False) -> JobRecord:
         return cls(
             id=row.id,
             owner_id=row.owner_id,
@@ -80,6 +82,7 @@ class JobRecord:
             parent_job_id=row.parent_job_id,
             summary=row.summary,
             created=created,
+            still_exiting=still_exiting,
         )
 
 

@@ -14,7 +14,8 @@ whose guarded UPDATE still requires the expired lease and the attempt/worker tha
 recovery racing a late heartbeat, a claim or another recovery changes nothing twice. Its status event
 says what happened: ``reason: lease expired``, the attempt, and the worker and host that lost it.
 Called at worker start, periodically by workers, by the scheduler's resync, and for one job by a
-claim that finds it expired.
+claim that finds it expired. The periodic pass also ends the exits (:mod:`jobs.exit_store`) of
+timed-out attempts whose worker died before their thread returned.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from sqlalchemy import Engine
 
 from broker import SQLiteBroker
 
-from . import db, store, transitions
+from . import db, exit_store, store, transitions
+from .exit_store import ExitRow
 from .publish import prepare_broker, resolve_broker, same_sqlite_file
 
 logger = logging.getLogger(__name__)
@@ -73,12 +75,23 @@ def recover_expired(engine: Engine, now: int | None = None, *, broker: Broker | 
     broker = resolve_broker(broker)
     prepare_broker(broker)
     report = RecoveryReport()
+    ended: list[ExitRow] = []
     while True:
         with db.write(engine) as tx:
-            batch = recover_in(tx, broker, store.now_ms() if now is None else now, limit=RECOVERY_BATCH)
+            at = store.now_ms() if now is None else now
+            batch = recover_in(tx, broker, at, limit=RECOVERY_BATCH)
+            if batch.total < RECOVERY_BATCH:  # the last batch's transaction also ends expired exits
+                ended = exit_store.exit_delete_expired(tx.conn, at, RECOVERY_BATCH)
         report += batch
         if batch.total < RECOVERY_BATCH:
             break
+    for row in ended:
+        logger.warning(
+            "Job %s attempt %d timed out and was still exiting when its worker %s stopped renewing it; ended.",
+            row.job_id,
+            row.attempt,
+            row.worker_id,
+        )
     if report.total:
         logger.warning(
             "Recovered expired jobs: %d requeued, %d cancelled, %d interrupted, %d failed.",

@@ -1,6 +1,6 @@
 """The job status machine, written down three times: here (the enum and :data:`ALLOWED`), drawn in
 docs/jobs.md, and enforced by the database (CHECKs in jobs/models.py; the ``jobs_status_moves`` trigger
-of revision 0009, which since revision 0012 checks every write of ``status``, not only a change).
+of revision 0009, which since revision 0013 checks every write of ``status``, not only a change).
 
 queued ──claim──► running ──► succeeded | failed | cancelled
    ▲                 │  └──► interrupted   (lease expired on an unsafe kind)
@@ -21,8 +21,8 @@ class JobStatus(StrEnum):
     QUEUED = "queued"
     #: Owned by one worker (``worker_id``, ``attempt``) while its lease is renewed. Left by that
     #: worker (→ succeeded / failed / cancelled / queued for a retry) or, once the lease expired, by
-    #: recovery (→ queued if the kind is safe to rerun, cancelled if cancel was requested, else
-    #: interrupted) or a new claim of a safe kind (→ running, next attempt).
+    #: recovery (→ queued if the kind is safe to rerun, cancelled if cancel was requested, failed on
+    #: its last attempt, else interrupted; a claim that meets the expired lease recovers it first).
     RUNNING = "running"
     #: Terminal. Nobody moves a job out of it; in particular it never becomes cancelled.
     SUCCEEDED = "succeeded"
@@ -54,7 +54,6 @@ ALLOWED: frozenset[tuple[JobStatus, JobStatus]] = frozenset(
         (S.QUEUED, S.RUNNING),  # claim; start_workflow
         (S.QUEUED, S.CANCELLED),  # cancel_queued
         (S.QUEUED, S.FAILED),  # fail_queued (no worker can run its kind)
-        (S.RUNNING, S.RUNNING),  # claim of a safe job whose lease expired (the next attempt takes over)
         (S.RUNNING, S.SUCCEEDED),  # complete; finish_workflow
         (S.RUNNING, S.FAILED),  # fail; recover (last attempt lost); finish_workflow
         (S.RUNNING, S.CANCELLED),  # cancel_running (a checkpoint honoured the request); recover; finish_workflow

@@ -133,6 +133,8 @@ class ExpiredJob:
     worker_id: str
     safe_to_rerun: bool
     cancel_requested: bool
+    #: When the lease ran out (ms epoch).
+    lease_expires_at: int
 
 
 @dataclass(frozen=True)
@@ -235,18 +237,17 @@ _CLAIM = (
     "UPDATE jobs SET status = 'running', attempt = attempt + 1, worker_id = :worker, "
     "lease_expires_at = :expires, started_at = :now, updated_at = :now, progress = NULL, "
     "progress_message = NULL, event_seq = event_seq + 1 "
-    "WHERE {ids} AND attempt < max_attempts AND ({status} = 'queued' OR ({status} = 'running' "
-    "AND lease_expires_at < :now AND safe_to_rerun AND cancel_requested_at IS NULL)) "
+    "WHERE {ids} AND attempt < max_attempts AND {status} = 'queued' "
 )
 
 
 def job_claim(
     conn: Connection | sqlite3.Connection, job_id: str, worker: str, now: int, lease_ms: int
 ) -> JobRow | None:
-    """queued → running (attempt + 1), or take over a safe job whose running lease expired.
+    """queued → running (attempt + 1).
 
-    Matches nothing when the job is cancelled, terminal, running under a live lease, out of attempts,
-    or expired but unsafe/cancel-requested (recovery decides those).
+    Matches nothing when the job is not queued or out of attempts. A job running under an expired lease
+    is recovered first (:func:`jobs.recovery.recover_in`: its lost attempt is recorded), then claimed.
     """
     row = _exec(
         conn,
@@ -367,14 +368,18 @@ def job_event_seq_next_if_current(
 
 
 #: Every status move's UPDATE: ``{sets}`` are the move's own columns, ``{guard}`` the state it starts
-#: from; each move also stamps ``updated_at`` and reserves the sequence of its status event.
-_MOVE = "UPDATE jobs SET {sets}, updated_at = :now, event_seq = event_seq + 1 WHERE {guard} RETURNING event_seq"
+#: from; each move also stamps ``updated_at`` and reserves the sequences of its events (``{events}``: its
+#: status event, and a recovery's ``lease_expired`` before it).
+_MOVE = "UPDATE jobs SET {sets}, updated_at = :now, event_seq = event_seq + {events} WHERE {guard} RETURNING event_seq"
 #: The columns every move into a final status sets (the CHECKs: no lease, a completion time).
 _FINISH = "status = :status, worker_id = NULL, lease_expires_at = NULL, completed_at = :now"
 
 
-def _move(conn: Connection | sqlite3.Connection, sets: str, guard: str, params: dict[str, Any]) -> int | None:
-    row = _exec(conn, _MOVE.format(sets=sets, guard=guard), params).fetchone()
+def _move(
+    conn: Connection | sqlite3.Connection, sets: str, guard: str, params: dict[str, Any], *, events: int = 1
+) -> int | None:
+    """Run one move; the last of the *events* sequences it reserved (None: its guard matched nothing)."""
+    row = _exec(conn, _MOVE.format(sets=sets, guard=guard, events=events), params).fetchone()
     return None if row is None else int(row[0])
 
 
@@ -474,7 +479,8 @@ def job_list_expired(
     """
     sql = (
         "SELECT id, owner_id, kind, parent_job_id, actor_name, queue_name, priority, attempt, max_attempts, worker_id, "
-        "safe_to_rerun, cancel_requested_at IS NOT NULL FROM jobs WHERE status = 'running' AND lease_expires_at < :now"
+        "safe_to_rerun, cancel_requested_at IS NOT NULL, lease_expires_at FROM jobs WHERE status = 'running' "
+        "AND lease_expires_at < :now"
     )
     params: dict[str, Any] = {"now": now, "limit": limit}
     if job_id is not None:
@@ -491,28 +497,34 @@ def job_list_expired(
             stmt = stmt.bindparams(bindparam("queues", expanding=True))
         _SQL[sql] = stmt
     rows = conn.execute(stmt, params).fetchall()
-    return [ExpiredJob(*r[:10], bool(r[10]), bool(r[11])) for r in rows]
+    return [ExpiredJob(*r[:10], bool(r[10]), bool(r[11]), int(r[12])) for r in rows]
 
 
 def job_recover_requeue(conn: Connection, job_id: str, attempt: int, worker: str, now: int) -> int | None:
-    """Expired running → queued (next attempt on the next claim); guarded on the expired lease."""
+    """Expired running → queued (next attempt on the next claim); guarded on the expired lease.
+
+    Reserves two event sequences (the ``lease_expired`` event's, then the status event's: returned)."""
     return _move(
         conn,
         "status = 'queued', worker_id = NULL, lease_expires_at = NULL, run_after = :now",
         f"{CURRENT} AND lease_expires_at < :now AND cancel_requested_at IS NULL AND attempt < max_attempts",
         {"id": job_id, "attempt": attempt, "worker": worker, "now": now},
+        events=2,
     )
 
 
 def job_recover_finish(
     conn: Connection, job_id: str, attempt: int, worker: str, status: str, error: str | None, now: int
 ) -> int | None:
-    """Expired running → cancelled / interrupted / failed; guarded on the expired lease."""
+    """Expired running → cancelled / interrupted / failed; guarded on the expired lease.
+
+    Reserves two event sequences, as :func:`job_recover_requeue`."""
     return _move(
         conn,
         _FINISH + ", error = :error",
         f"{CURRENT} AND lease_expires_at < :now",
         {"id": job_id, "attempt": attempt, "worker": worker, "status": status, "error": error, "now": now},
+        events=2,
     )
 
 
@@ -549,6 +561,18 @@ def event_list_after(conn: Connection, job_id: str, after: int, limit: int) -> l
             "ORDER BY sequence LIMIT :limit"
         ),
         {"id": job_id, "after": after, "limit": limit},
+    ).fetchall()
+    return [EventRow(*r) for r in rows]
+
+
+def event_list_of_type(conn: Connection, job_id: str, type_: str, limit: int) -> list[EventRow]:
+    """The job's first *limit* events of one type, in order (its status events: its attempts)."""
+    rows = conn.execute(
+        _q(
+            "SELECT job_id, sequence, type, data, created_at FROM job_events WHERE job_id = :id AND type = :type "
+            "ORDER BY sequence LIMIT :limit"
+        ),
+        {"id": job_id, "type": type_, "limit": limit},
     ).fetchall()
     return [EventRow(*r) for r in rows]
 

@@ -5,7 +5,9 @@ move:
 
 - its guarded UPDATE, a named query of :mod:`jobs.store` whose ``WHERE`` names the state the move
   starts from (a move that matches nothing changed nothing: the function returns ``False``/``None``);
-- the job's status event, in the same transaction;
+- the job's status event, in the same transaction; a move that ends an attempt writes there how it
+  ended (``outcome``, one of :mod:`jobs.attempts`' outcomes) and, when the job moves on, ``next``;
+  a lost lease is also told by a ``lease_expired`` event just before;
 - what the move sets in motion in that transaction: a workflow step reaching a final status moves
   its workflow on (:func:`_step_finished`);
 - what it tells once the transaction has committed: the lifecycle event of an execution's start or
@@ -21,10 +23,11 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
-from . import dag, events, store
+from . import attempts, dag, events, exit_store, store
 from .db import Tx
 from .lifecycle import lifecycle
 from .publish import publish_in_transaction, resolve_broker
@@ -74,9 +77,9 @@ def _host(worker_id: str) -> str:
 
 # -- claim ------------------------------------------------------------------------------------------
 def claim(tx: Tx, job_id: str, *, worker: str, lease_ms: int, now: int) -> store.JobRow | None:
-    """queued → running (``attempt + 1``, this worker, a fresh lease), or take over a safe job whose
-    running lease expired. None when the job is cancelled, finished, running under a live lease, out of
-    attempts, or expired but unsafe or cancel-requested (recovery decides those)."""
+    """queued → running (``attempt + 1``, this worker, a fresh lease). None when the job is not queued
+    (cancelled, finished, running: one under an expired lease is recovered first, see
+    :func:`jobs.recovery.recover_in`) or out of attempts."""
     job = store.job_claim(tx.conn, job_id, worker, now, lease_ms)
     if job is not None:
         events.status_event(tx, job_id=job.id, sequence=job.event_seq, status="running", now=now, attempt=job.attempt)
@@ -110,7 +113,7 @@ def complete(tx: Tx, attempt: Attempt, result: str | None, *, now: int, progress
     )
     if seq is None:
         return False
-    events.status_event(tx, job_id=attempt.job_id, sequence=seq, status="succeeded", now=now, attempt=attempt.attempt)
+    _attempt_ended(tx, attempt, seq, "succeeded", now, outcome=attempts.SUCCEEDED)
     _finished(tx, attempt, "succeeded", now)
     return True
 
@@ -134,7 +137,7 @@ def complete_many(
         txs[0].conn,
         now,
         [
-            (a.job_id, done[a.job_id], "succeeded", {"attempt": a.attempt})
+            (a.job_id, done[a.job_id], "succeeded", {"attempt": a.attempt, "outcome": attempts.SUCCEEDED})
             for a, _, _ in completions
             if a.job_id in done
         ],
@@ -145,15 +148,28 @@ def complete_many(
     return completed
 
 
-def fail(tx: Tx, attempt: Attempt, error: str, *, now: int) -> bool:
-    """running → failed (an error with no attempt left or that never retries, a timeout)."""
+def fail(tx: Tx, attempt: Attempt, error: str, *, now: int, outcome: str = attempts.FAILED) -> bool:
+    """running → failed (an error with no attempt left or that never retries, a timeout).
+
+    *outcome*: how the attempt ended (:data:`jobs.attempts.FAILED` or :data:`~jobs.attempts.TIMED_OUT`)."""
     seq = store.job_finish_if_current(tx.conn, attempt.job_id, attempt.attempt, attempt.worker_id, "failed", error, now)
     if seq is None:
         return False
-    events.status_event(
-        tx, job_id=attempt.job_id, sequence=seq, status="failed", now=now, attempt=attempt.attempt, error=error
-    )
+    _attempt_ended(tx, attempt, seq, "failed", now, outcome=outcome, error=error)
     _finished(tx, attempt, "failed", now)
+    return True
+
+
+def time_out_still_exiting(tx: Tx, attempt: Attempt, error: str, *, now: int, exit_lease_ms: int) -> bool:
+    """running → failed for an attempt past its timeout whose thread does not stop (stuck in C code).
+
+    The attempt ends ``timed out``, and a ``job_exits`` row keeps it *still exiting* while its thread runs:
+    its worker's keeper renews that row's lease until the thread returns and the runner deletes it
+    (:mod:`jobs.exit_store`); a manual retry waits for it (:func:`jobs.control.retry`); if the worker dies,
+    the lease expires and recovery ends it. Those writes change no status, so they are not transitions."""
+    if not fail(tx, attempt, error, now=now, outcome=attempts.TIMED_OUT):
+        return False
+    exit_store.exit_insert(tx.conn, attempt.job_id, attempt.attempt, attempt.worker_id, now, now + exit_lease_ms)
     return True
 
 
@@ -164,7 +180,7 @@ def cancel_running(tx: Tx, attempt: Attempt, *, now: int) -> bool:
     )
     if seq is None:
         return False
-    events.status_event(tx, job_id=attempt.job_id, sequence=seq, status="cancelled", now=now, attempt=attempt.attempt)
+    _attempt_ended(tx, attempt, seq, "cancelled", now, outcome=attempts.CANCELLED)
     _finished(tx, attempt, "cancelled", now)
     return True
 
@@ -180,15 +196,16 @@ def requeue_for_retry(tx: Tx, attempt: Attempt, error: str, *, delay_s: float, n
     )
     if seq is None or job is None:
         return False
-    events.status_event(
+    _attempt_ended(
         tx,
-        job_id=attempt.job_id,
-        sequence=seq,
-        status="queued",
-        now=now,
-        attempt=attempt.attempt,
+        attempt,
+        seq,
+        "queued",
+        now,
+        outcome=attempts.FAILED,
         error=error,
         retry_in_s=round(delay_s, 3),
+        next=attempts.NEXT_RETRY,
     )
     _publish(tx, job, delay_ms=int(delay_s * 1000), now=now)
     _tell(
@@ -201,6 +218,20 @@ def requeue_for_retry(tx: Tx, attempt: Attempt, error: str, *, delay_s: float, n
         duration_s=attempt.elapsed_s(),
     )
     return True
+
+
+def _attempt_ended(tx: Tx, attempt: Attempt, seq: int, status: str, now: int, *, outcome: str, **data: Any) -> None:
+    """The status event of a move that ends *attempt*: the new status, the attempt and how it ended."""
+    events.status_event(
+        tx,
+        job_id=attempt.job_id,
+        sequence=seq,
+        status=status,
+        now=now,
+        attempt=attempt.attempt,
+        outcome=outcome,
+        **data,
+    )
 
 
 # -- control (cancel, unknown kinds) ----------------------------------------------------------------
@@ -253,8 +284,10 @@ def recover(tx: Tx, job: store.ExpiredJob, *, now: int, broker: Any) -> str | No
     """An expired running job of a safe kind, or one whose cancel was requested: → cancelled if a cancel
     was requested, → queued with a fresh message (the next claim makes the next attempt), → failed if
     that was its last attempt. Returns ``"cancelled"``, ``"requeued"`` or ``"failed"``, or None when the
-    guard matched nothing (a late heartbeat, another recovery, a claim got there first)."""
-    data = {"reason": LEASE_EXPIRED, "attempt": job.attempt, "worker": job.worker_id, "host": _host(job.worker_id)}
+    guard matched nothing (a late heartbeat, another recovery, a claim got there first).
+
+    The attempt ends ``lease lost — worker died``: a ``lease_expired`` event names the worker, its host
+    and when the lease ran out, and the status event says what happened next."""
     attempt = Attempt(job.id, job.owner_id, job.kind, job.attempt, job.worker_id, job.parent_job_id)
     if job.cancel_requested:
         status, error, outcome = "cancelled", None, "cancelled"
@@ -264,7 +297,7 @@ def recover(tx: Tx, job: store.ExpiredJob, *, now: int, broker: Any) -> str | No
         seq = store.job_recover_requeue(tx.conn, job.id, job.attempt, job.worker_id, now)
         if seq is None:
             return None
-        events.status_event(tx, job_id=job.id, sequence=seq, status="queued", now=now, **data)
+        _lease_lost(tx, job, seq, now, status="queued", next_=attempts.NEXT_REQUEUED)
         publish_in_transaction(
             tx.conn,
             broker,
@@ -280,32 +313,48 @@ def recover(tx: Tx, job: store.ExpiredJob, *, now: int, broker: Any) -> str | No
     seq = store.job_recover_finish(tx.conn, job.id, job.attempt, job.worker_id, status, error, now)
     if seq is None:
         return None
-    events.status_event(tx, job_id=job.id, sequence=seq, status=status, now=now, **data)
+    _lease_lost(tx, job, seq, now, status=status, next_=status, **({"error": error} if error else {}))
     _finished(tx, attempt, status, now)
     return outcome
 
 
 def interrupt(tx: Tx, job: store.ExpiredJob, *, now: int) -> bool:
     """An expired running job of a kind with external effects → interrupted, parked for a person to
-    review: never replayed automatically."""
+    review: never replayed automatically. Its attempt ends ``lease lost — worker died`` (see :func:`recover`)."""
     seq = store.job_recover_finish(tx.conn, job.id, job.attempt, job.worker_id, "interrupted", INTERRUPTED_HINT, now)
     if seq is None:
         return False
-    events.status_event(
-        tx,
-        job_id=job.id,
-        sequence=seq,
-        status="interrupted",
-        now=now,
-        reason=LEASE_EXPIRED,
-        attempt=job.attempt,
-        worker=job.worker_id,
-        host=_host(job.worker_id),
-    )
+    _lease_lost(tx, job, seq, now, status="interrupted", next_=attempts.NEXT_INTERRUPTED)
     _finished(
         tx, Attempt(job.id, job.owner_id, job.kind, job.attempt, job.worker_id, job.parent_job_id), "interrupted", now
     )
     return True
+
+
+def _lease_lost(tx: Tx, job: store.ExpiredJob, seq: int, now: int, *, status: str, next_: str, **data: Any) -> None:
+    """The two events of a recovery (sequences ``seq - 1`` and ``seq``, reserved by its move): the lost
+    lease (which attempt, worker and host, when it expired), then the status it led to."""
+    lost = {"attempt": job.attempt, "worker": job.worker_id, "host": _host(job.worker_id)}
+    events.record(
+        tx,
+        job_id=job.id,
+        sequence=seq - 1,
+        type_="lease_expired",
+        data={**lost, "expired_at": datetime.fromtimestamp(job.lease_expires_at / 1000, UTC).isoformat()},
+        now=now,
+    )
+    events.status_event(
+        tx,
+        job_id=job.id,
+        sequence=seq,
+        status=status,
+        now=now,
+        reason=LEASE_EXPIRED,
+        **lost,
+        outcome=attempts.LEASE_LOST,
+        next=next_,
+        **data,
+    )
 
 
 # -- workflow parents (driven by their steps, never leased) ------------------------------------------

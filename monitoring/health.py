@@ -167,6 +167,22 @@ def output_roots_check(degraded: Callable[[], Mapping[str, str]]) -> Check:
     return check
 
 
+def unclean_exits_check(listing: Callable[[], list[Mapping[str, Any]]]) -> Check:
+    """Report worker processes that ended uncleanly and await an operator's acknowledgement, without
+    failing: a past crash does not make this process unready (a supervised fleet replaced the dead
+    process), so readiness never flaps to 503 for it. *listing* returns the broker's unclean exits."""
+
+    def check() -> str | None:
+        exits = listing()
+        if not exits:
+            return "no unclean exits"
+        generations = ", ".join(f"{e['host']}/{e['pid']}" for e in exits[:10])
+        more = f" and {len(exits) - 10} more" if len(exits) > 10 else ""
+        return f"{len(exits)} unclean exit(s) awaiting acknowledgement: {generations}{more}"
+
+    return check
+
+
 def database_check(at_head: Callable[[], object]) -> Check:
     """Wrap the job layer's "database reachable and at the head revision" callable.
 
@@ -196,6 +212,7 @@ def standard_checks(
     database: Callable[[], object] | None = None,
     output_dir: str | os.PathLike[str] | None = None,
     output_roots: Callable[[], Mapping[str, str]] | None = None,
+    unclean_exits: Callable[[], list[Mapping[str, Any]]] | None = None,
 ) -> dict[str, Check]:
     """The readiness checks Tenure's web app runs; components not given are left out."""
     checks: dict[str, Check] = {}
@@ -207,4 +224,6 @@ def standard_checks(
         checks["output_dir"] = directory_writable_check(output_dir)
     if output_roots is not None:
         checks["output_roots"] = output_roots_check(output_roots)
+    if unclean_exits is not None:
+        checks["unclean_exits"] = unclean_exits_check(unclean_exits)
     return checks

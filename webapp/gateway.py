@@ -45,6 +45,8 @@ class JobView:
     #: The kind's short description of the job (its folder, its clip window); never the payload.
     summary: str | None = None
     files: tuple[str, ...] = ()
+    #: Its last attempt timed out and its thread has not stopped yet: a retry answers 409 until it has.
+    still_exiting: bool = False
 
     @property
     def can_cancel(self) -> bool:
@@ -52,7 +54,20 @@ class JobView:
 
     @property
     def can_retry(self) -> bool:
-        return self.status in RETRYABLE
+        return self.status in RETRYABLE and not self.still_exiting
+
+
+@dataclass(frozen=True)
+class AttemptView:
+    """One attempt of a job: when it ran, how it ended (``outcome``), what the job did next (``next``)."""
+
+    attempt: int
+    started_at: datetime
+    ended_at: datetime | None
+    outcome: str
+    next: str | None = None
+    error: str | None = None
+    host: str | None = None
 
 
 @dataclass(frozen=True)

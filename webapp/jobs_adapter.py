@@ -39,6 +39,7 @@ from .errors import Conflict, Invalid, JobNotFoundError, NotFound
 from .gateway import (
     TERMINAL,
     ActivityBucket,
+    AttemptView,
     CursorExpired,
     EventView,
     FieldSpec,
@@ -104,6 +105,7 @@ class JobLayerGateway:
             parent_job_id=r.parent_job_id,
             summary=r.summary,
             files=tuple(self._files(r.id)) if str(r.status) in TERMINAL else (),
+            still_exiting=r.still_exiting,
         )
 
     def _output_dir(self, job_id: str) -> Path:
@@ -166,6 +168,14 @@ class JobLayerGateway:
         except joblayer.JobNotFound:
             raise JobNotFoundError() from None
         return [EventView(e.sequence, e.type, e.data, e.created_at) for e in records]
+
+    def attempts(self, scope: str | None, job_id: str) -> list[AttemptView]:
+        """The job's attempts, oldest first (404 when missing or not the caller's)."""
+        try:
+            records = joblayer.job_attempts(self.engine, job_id, owner_id=scope or "", is_admin=scope is None)
+        except joblayer.JobNotFound:
+            raise JobNotFoundError() from None
+        return [AttemptView(a.attempt, a.started_at, a.ended_at, a.outcome, a.next, a.error, a.host) for a in records]
 
     def cancel(self, scope: str | None, job_id: str, *, by: str | None = None) -> tuple[JobView, str]:
         """Returns (job, outcome) with outcome ``cancelled`` or ``cancel_requested``; Conflict when finished.

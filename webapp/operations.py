@@ -11,12 +11,15 @@ restarts, slots given up) come from the job database, so they are there with eve
 from __future__ import annotations
 
 import json
+import logging
 from datetime import UTC, datetime
 from typing import Any
 
 from broker.depth import broker_kind, queue_depths
 
 from .errors import Conflict, NotFound, Unavailable
+
+logger = logging.getLogger(__name__)
 
 
 class PauseUnavailable(Conflict):
@@ -126,6 +129,32 @@ def workers(broker: Any) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def unclean_exits(broker: Any) -> list[dict[str, Any]]:
+    """Worker processes that ended without closing the broker (SIGKILL, OOM, a crash): the broker's
+    unclean-exit marker's generations, newest first, until an operator acknowledges them."""
+    return [
+        {
+            "owner": str(e["owner"]),
+            "host": e["host"],
+            "pid": e["pid"],
+            "started_at": from_ms(e["started_at"]),
+            "last_heartbeat_at": from_ms(e["last_heartbeat_at"]),
+            "detected_at": from_ms(e["detected_at"]),
+        }
+        for e in require_operation(broker, "unclean_exits")()
+    ]
+
+
+def acknowledge_unclean_exits(broker: Any, owners: list[str], *, by: str) -> int:
+    """Forget the unclean exits of *owners* (they leave the Workers page and readiness); how many.
+
+    Logged with who acknowledged which (the log is the record: the broker forgets the rows)."""
+    owners = list(dict.fromkeys(owners))
+    count = int(require_operation(broker, "acknowledge_unclean_exits")(owners))
+    logger.warning("%s acknowledged %d unclean exit(s): %s", by, count, ", ".join(owners))
+    return count
 
 
 def worker_slots(rows: list[Any]) -> list[dict[str, Any]]:

@@ -55,6 +55,8 @@ class Services:
             output_dir=self.output_root,
             # The write gate's state, shared by every worker.
             output_roots=self._degraded_output_roots,
+            # Only the SQLite broker keeps the unclean-exit marker (server brokers have no such record).
+            unclean_exits=getattr(self.broker, "unclean_exits", None),
         )
         return health.ready(checks)
 

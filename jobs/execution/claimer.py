@@ -1,7 +1,9 @@
 """Claiming the job of a message before its actor runs: one claim, or one statement per ack batch.
 
 A claim is :func:`jobs.transitions.claim` (queued → running, ``attempt + 1``, this worker, a fresh
-lease), committed before the actor starts. With the SQLite broker on the job file, the claim joins
+lease), committed before the actor starts. A job still running under an expired lease (a redelivered
+message of a worker that died) is recovered first, then claimed in the same transaction, so its lost
+attempt is recorded like any other recovery's. With the SQLite broker on the job file, the claim joins
 the broker's next ack batch on the same file, and the claims of one batch are one UPDATE
 (:func:`jobs.transitions.claim_many`); elsewhere it is group-committed with the process's other
 hot-path writes (:func:`jobs.group_commit.hot_write`) or, on PostgreSQL, a transaction of its own.
@@ -47,10 +49,12 @@ class Claimer:
             job = hot_write(worker.engine, one)
         if job is None:
             with db.write(worker.engine) as tx:
-                # Maybe it is running under an expired lease but not claimable (unsafe kind, cancel
-                # requested, last attempt): settle it now rather than at the next recovery.
-                recover_in(tx, broker, store.now_ms(), limit=1, job_id=job_id)
-            return None
+                # Maybe it is running under an expired lease (its worker died): recover it now rather than
+                # at the next recovery, which records the lost attempt, and claim it if that requeued it.
+                if recover_in(tx, broker, store.now_ms(), limit=1, job_id=job_id).requeued:
+                    job = one(tx)
+            if job is None:
+                return None
         ctx = JobContext(engine=worker.engine, broker=broker, job=job, worker_id=worker_id, lease_ttl_ms=lease_ms)
         ctx._kind = worker.registry.find(job.kind)  # type: ignore[attr-defined]
         return ctx

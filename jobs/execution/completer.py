@@ -29,7 +29,7 @@ from typing import Any, Protocol, TypeVar
 from dramatiq.errors import ConnectionClosed
 from sqlalchemy.exc import OperationalError
 
-from .. import db, store, transitions
+from .. import attempts, db, store, transitions
 from ..group_commit import hot_write
 from ..lifecycle import AfterCommitBuffer, lifecycle
 from ..publish import prepare_broker
@@ -128,7 +128,8 @@ def _settle(tx: db.Tx, attempt: Attempt, outcome: Outcome, now: int, message: st
         tx, attempt, outcome.error, delay_s=outcome.delay_s, now=now
     ):
         return "retrying"
-    transitions.fail(tx, attempt, outcome.error, now=now)
+    ended = attempts.TIMED_OUT if outcome.error == TIMED_OUT else attempts.FAILED
+    transitions.fail(tx, attempt, outcome.error, now=now, outcome=ended)
     return "failed"
 
 

@@ -2,7 +2,9 @@
 
 Every third of the job lease TTL it renews the leases of the attempts this process runs (an attempt
 whose lease was taken over is marked lost: its writes are fenced); it interrupts attempts past their
-deadline (and fails one whose thread does not respond within a lease TTL more); it writes progress
+deadline (and fails one whose thread does not respond within a lease TTL more, keeping it *still
+exiting*: its exit lease is renewed here until the thread returns, so a manual retry waits for it); it
+writes progress
 reported since the last write (``JobContext.progress`` writes at most every
 :data:`~jobs.context.PROGRESS_INTERVAL_S`); and every ``recovery_interval_s`` it recovers expired jobs
 (:mod:`jobs.recovery`).
@@ -17,7 +19,7 @@ import time
 
 from dramatiq.broker import Broker
 
-from .. import db, store, transitions
+from .. import db, exit_store, store, transitions
 from ..context import PROGRESS_INTERVAL_S, JobContext
 from ..recovery import RecoveryReport, recover_expired
 from .completer import TIMED_OUT
@@ -68,6 +70,7 @@ class LeaseKeeper:
                 if now >= next_beat:
                     next_beat = now + self.interval_s
                     self.renew_leases()
+                    self.renew_exits()
                 self.enforce_timeouts()
                 self.flush_progress()
                 if now >= next_recovery:
@@ -127,9 +130,27 @@ class LeaseKeeper:
 
     def _fail_overdue(self, ctx: JobContext) -> None:
         with db.write(self.worker.engine) as tx:
-            transitions.fail(tx, ctx.execution, TIMED_OUT, now=store.now_ms())
+            exiting = transitions.time_out_still_exiting(
+                tx, ctx.execution, TIMED_OUT, now=store.now_ms(), exit_lease_ms=self.worker.lease_ttl_ms
+            )
         ctx.lost = True
-        logger.error("Job %s attempt %d did not stop after its timeout; marked failed.", ctx.job_id, ctx.attempt)
+        ctx.exiting = exiting
+        logger.error(
+            "Job %s attempt %d did not stop after its timeout; marked failed, still exiting (its thread runs on).",
+            ctx.job_id,
+            ctx.attempt,
+        )
+
+    def renew_exits(self) -> None:
+        """Renew the exit leases of timed-out attempts whose threads still run (see :meth:`_fail_overdue`)."""
+        exiting = [ctx for ctx in self.worker.running() if ctx.exiting]
+        if not exiting:
+            return
+        with db.write(self.worker.engine) as tx:
+            expires = store.now_ms() + self.worker.lease_ttl_ms
+            for ctx in exiting:
+                if not exit_store.exit_renew(tx.conn, ctx.execution.job_id, ctx.execution.worker_id, expires):
+                    ctx.exiting = False  # recovery ended it (this process looked dead): nothing to hold
 
     def recover(self) -> RecoveryReport:
         return recover_expired(self.worker.engine, broker=self.broker)

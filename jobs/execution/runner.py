@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 
-from .. import store
+from .. import db, exit_store, store
 from ..context import JobContext, TimeoutInterrupt
 from ..errors import JobCancelled, JobTimeout, StaleAttempt, public_error
 from ..lifecycle import lifecycle
@@ -38,6 +38,23 @@ class Runner:
                 self.record(ctx, outcome)
         finally:
             self.worker.untrack(ctx)
+            if ctx.exiting:
+                self._exited(ctx)
+
+    def _exited(self, ctx: JobContext) -> None:
+        """The thread of an attempt that timed out while still running has returned: release the job."""
+        ctx.exiting = False
+        try:
+            with db.write(self.worker.engine) as tx:
+                exit_store.exit_delete(tx.conn, ctx.execution.job_id, ctx.execution.worker_id)
+        except Exception:
+            logger.exception(
+                "Could not record that job %s attempt %d exited; its exit lease expires within a lease TTL.",
+                ctx.job_id,
+                ctx.attempt,
+            )
+            return
+        logger.warning("Job %s attempt %d exited after its timeout.", ctx.job_id, ctx.attempt)
 
     def record(self, ctx: JobContext, outcome: Outcome) -> None:
         """Record *outcome* of *ctx* through the completer (a stale attempt's is refused and reported)."""

@@ -5,8 +5,9 @@ statement writing a job's own status again went through: ``UPDATE jobs SET statu
 completed_at = … WHERE id = <a succeeded job>`` rewrote a finished job, and ``queued → queued`` passed
 though ``jobs.status.ALLOWED`` has neither (the transition walk, tests/integration/jobs/
 test_transition_walk.py, found both). Now the trigger fires on every UPDATE that sets ``status`` and
-the pair (old, new) must be one of ``ALLOWED``, ``running → running`` (a safe job's expired lease taken
-over by a new claim) included; a finished job's status is never written again. Updates that do not set
+the pair (old, new) must be one of ``ALLOWED`` (a claim that meets a safe job's expired lease recovers it
+first, ``running → queued``, then claims it: there is no ``running → running``); a finished job's status
+is never written again. Updates that do not set
 ``status`` (progress, heartbeats, cancel requests) do not fire it, as before.
 
 Revision ID: 0013
@@ -27,13 +28,8 @@ depends_on: str | Sequence[str] | None = None
 
 #: The allowed status moves (from>to), as jobs/status.py's ALLOWED was when this revision was written.
 MOVES = (
-    "'queued>running', 'queued>cancelled', 'queued>failed', 'running>running', 'running>succeeded', "
+    "'queued>running', 'queued>cancelled', 'queued>failed', 'running>succeeded', "
     "'running>failed', 'running>cancelled', 'running>queued', 'running>interrupted'"
-)
-#: Revision 0009's list (without running>running, which its WHEN clause never checked).
-MOVES_0009 = (
-    "'queued>running', 'queued>cancelled', 'queued>failed', 'running>succeeded', 'running>failed', "
-    "'running>cancelled', 'running>queued', 'running>interrupted'"
 )
 
 
@@ -68,4 +64,4 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    _install(MOVES_0009, only_changes=True)
+    _install(MOVES, only_changes=True)

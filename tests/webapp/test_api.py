@@ -186,7 +186,7 @@ def test_health(client, app, alice, root, tmp_path):  # type: ignore[no-untyped-
     assert client.get("/api/health/ready").status_code == 401
     ready = client.get("/api/health/ready", headers=root.bearer)
     assert ready.status_code == 200, ready.json
-    assert set(ready.json["components"]) == {"database", "broker", "output_dir", "output_roots"}
+    assert set(ready.json["components"]) == {"database", "broker", "output_dir", "output_roots", "unclean_exits"}
     assert "detail" not in client.get("/api/health/ready", headers=alice.bearer).json["components"]["broker"]
     blocked = tmp_path / "file-not-dir"
     blocked.write_text("x")

@@ -111,10 +111,13 @@ OPS_API = [
     ("POST", "/api/v1/schedules/x/pause"),
     ("POST", "/api/v1/schedules/x/resume"),
     ("GET", "/api/v1/activity"),
+    ("GET", "/api/v1/workers/unclean-exits"),
+    ("POST", "/api/v1/workers/unclean-exits/acknowledge"),
 ]
 #: Request bodies of the probes that take something other than ``{"queue": "default"}``.
 OPS_API_BODIES = {
-    path: {"filter": {}, "dry_run": True} for path in ("/api/v1/dead/bulk/replay", "/api/v1/dead/bulk/purge")
+    **{path: {"filter": {}, "dry_run": True} for path in ("/api/v1/dead/bulk/replay", "/api/v1/dead/bulk/purge")},
+    "/api/v1/workers/unclean-exits/acknowledge": {"owners": ["nobody"]},
 }
 OPS_UI = ["/ops", "/ops/queues", "/ops/dead", "/ops/dead/bulk?action=purge", "/ops/workers", "/ops/schedules"]
 OPS_UI_POST = [
@@ -123,6 +126,7 @@ OPS_UI_POST = [
     "/ops/dead/bulk",
     "/ops/schedules/x/run",
     "/ops/schedules/x/pause",
+    "/ops/workers/unclean-exits/acknowledge",
 ]
 
 

@@ -18,6 +18,7 @@ from ..uploads import upload_max_bytes
 from .blueprint import Blueprint
 from .schemas import (
     ID_MAX,
+    AttemptListSchema,
     BulkResultSchema,
     BulkSchema,
     CancelResultSchema,
@@ -131,7 +132,9 @@ class JobCancel(MethodView):
 class JobRetry(MethodView):
     @blp.response(201, JobSchema, description="the new job")
     @blp.alt_response(200, schema=JobSchema, description="the job was retried before: that retry, unchanged")
-    @blp.alt_response(409, schema=None, description="the job's status does not allow a retry")
+    @blp.alt_response(
+        409, schema=None, description="the job's status does not allow a retry, or its execution is still exiting"
+    )
     def post(self, job_id: str):
         """Retry a failed, cancelled or interrupted job as a NEW job (``retry_of_job_id`` set).
 
@@ -139,6 +142,14 @@ class JobRetry(MethodView):
         identity = require_identity()
         job, created = services().jobs.retry(identity.scope, _job_id(job_id), by=identity.user.owner_id)
         return _job_answer(job, created)
+
+
+@blp.route("/jobs/<job_id>/attempts")
+class JobAttempts(MethodView):
+    @blp.response(200, AttemptListSchema)
+    def get(self, job_id: str):
+        """The job's attempts, oldest first: when each ran, how it ended, what happened next."""
+        return {"items": services().jobs.attempts(require_identity().scope, _job_id(job_id))}
 
 
 @blp.route("/jobs/<job_id>/events")

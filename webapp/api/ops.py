@@ -18,6 +18,8 @@ from ..services import services
 from .blueprint import Blueprint
 from .schemas import (
     ID_MAX,
+    AcknowledgedSchema,
+    AcknowledgeSchema,
     ActivityBucketSchema,
     ActivityQuerySchema,
     DeadBulkResultSchema,
@@ -32,6 +34,7 @@ from .schemas import (
     ReplaySchema,
     SchedulePausedSchema,
     ScheduleSchema,
+    UncleanExitSchema,
     WholeNumber,
     WorkerSchema,
     WorkerSlotSchema,
@@ -182,6 +185,26 @@ class Workers(MethodView):
     def get(self):
         """Live worker processes with their queues and in-flight messages."""
         return operations.workers(services().broker)
+
+
+@blp.route("/workers/unclean-exits")
+class UncleanExits(MethodView):
+    @blp.response(200, UncleanExitSchema(many=True))
+    @blp.alt_response(503, schema=None, description="the broker keeps no unclean-exit marker (Redis, RabbitMQ)")
+    def get(self):
+        """Worker processes that ended without closing the broker (SIGKILL, OOM, a crash), newest first,
+        until acknowledged (SQLite broker)."""
+        return operations.unclean_exits(services().broker)
+
+
+@blp.route("/workers/unclean-exits/acknowledge")
+class UncleanExitsAcknowledge(MethodView):
+    @blp.arguments(AcknowledgeSchema)
+    @blp.response(200, AcknowledgedSchema)
+    def post(self, args):
+        """Acknowledge unclean exits: they leave the Workers page and readiness."""
+        by = require_admin().user.username
+        return {"acknowledged": operations.acknowledge_unclean_exits(services().broker, args["owners"], by=by)}
 
 
 @blp.route("/workers/slots")

@@ -78,6 +78,13 @@ class JobSchema(ma.Schema):
     files = fields.List(fields.String(), required=True)
     can_cancel = fields.Boolean(required=True, metadata={"description": "cancel is allowed now"})
     can_retry = fields.Boolean(required=True, metadata={"description": "retry is allowed now"})
+    still_exiting = fields.Boolean(
+        required=True,
+        metadata={
+            "description": "its last attempt timed out and its thread has not stopped yet: a retry answers 409 "
+            "until it has"
+        },
+    )
 
 
 class JobPageSchema(ma.Schema):
@@ -158,6 +165,30 @@ class EventSchema(ma.Schema):
     type = fields.String(required=True)
     data = fields.Dict(required=True)
     created_at = fields.DateTime(required=True)
+
+
+class AttemptSchema(ma.Schema):
+    attempt = fields.Integer(required=True)
+    started_at = fields.DateTime(required=True)
+    ended_at = fields.DateTime(allow_none=True, required=True)
+    outcome = fields.String(
+        required=True,
+        metadata={
+            "description": "running, succeeded, failed, timed out, timed out — still exiting, "
+            "lease lost — worker died, cancelled"
+        },
+    )
+    next = fields.String(
+        allow_none=True,
+        required=True,
+        metadata={"description": "what the job did next: retry scheduled, requeued, failed, cancelled, interrupted"},
+    )
+    error = fields.String(allow_none=True, required=True)
+    host = fields.String(allow_none=True, required=True, metadata={"description": "the host whose lease was lost"})
+
+
+class AttemptListSchema(ma.Schema):
+    items = fields.List(fields.Nested(AttemptSchema), required=True)
 
 
 class EventsQuerySchema(ma.Schema):
@@ -302,6 +333,28 @@ class WorkerSchema(ma.Schema):
     started_at = fields.DateTime(allow_none=True)
     heartbeat_at = fields.DateTime(allow_none=True)
     leased = fields.Integer(required=True, metadata={"description": "messages in flight"})
+
+
+class UncleanExitSchema(ma.Schema):
+    owner = fields.String(required=True, metadata={"description": "the consumer process's lease-owner id"})
+    host = fields.String(required=True)
+    pid = fields.Integer(required=True)
+    started_at = fields.DateTime(required=True)
+    last_heartbeat_at = fields.DateTime(required=True)
+    detected_at = fields.DateTime(required=True, metadata={"description": "when a later process found it dead"})
+
+
+class AcknowledgeSchema(ma.Schema):
+    owners = fields.List(
+        fields.String(validate=validate.Length(min=1, max=ID_MAX)),
+        required=True,
+        validate=validate.Length(min=1, max=1000),
+        metadata={"description": "the unclean exits to acknowledge (their `owner`)"},
+    )
+
+
+class AcknowledgedSchema(ma.Schema):
+    acknowledged = fields.Integer(required=True, metadata={"description": "unclean exits removed"})
 
 
 class WorkerSlotSchema(ma.Schema):

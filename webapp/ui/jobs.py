@@ -88,39 +88,11 @@ def jobs():
     )
 
 
-def attempts_from(events: list[Any]) -> list[dict[str, Any]]:
-    """Attempt history from the status events: each ``running`` event opens an attempt, the next
-    status event closes it (``queued`` after running means a retry was scheduled)."""
-    attempts: list[dict[str, Any]] = []
-    for event in events:
-        if event.type != "status":
-            continue
-        status = event.data.get("status")
-        if status == "running":
-            attempts.append(
-                {
-                    "attempt": event.data.get("attempt", len(attempts) + 1),
-                    "started": event.created_at,
-                    "ended": None,
-                    "outcome": "running",
-                    "error": None,
-                }
-            )
-        elif attempts and attempts[-1]["ended"] is None:
-            attempts[-1].update(
-                ended=event.created_at,
-                outcome="retry scheduled" if status == "queued" else status,
-                error=event.data.get("error"),
-            )
-    return attempts
-
-
 def _detail(template: str, job_id: str, notice: tuple[str, str] | None = None):  # type: ignore[no-untyped-def]
     record = services().jobs.get(g.identity.scope, job_id)
     events = services().jobs.events(g.identity.scope, job_id, after=0, limit=500)
-    return render_template(
-        template, job=record, events=events, attempts=attempts_from(events), form=EmptyForm(), notice=notice
-    )
+    attempts = services().jobs.attempts(g.identity.scope, job_id)
+    return render_template(template, job=record, events=events, attempts=attempts, form=EmptyForm(), notice=notice)
 
 
 @bp.route("/jobs/<job_id>")

@@ -166,7 +166,26 @@ def ops_workers():
         "ops_workers.html",
         workers=_safe(operations.workers),
         slots=operations.worker_slots(services().worker_slots()),
+        unclean=_safe(operations.unclean_exits),
+        form=EmptyForm(),
     )
+
+
+@bp.route("/ops/workers/unclean-exits/acknowledge", methods=["POST"])
+def ops_unclean_acknowledge():
+    """Acknowledge the unclean exits the page listed (their owners are the form's ``owner`` fields)."""
+    _admin()
+    owners = [o[:200] for o in request.form.getlist("owner") if o][:1000]
+    if not owners:
+        flash("No unclean exits to acknowledge.", "error")
+        return redirect(url_for("ui.ops_workers"))
+    try:
+        count = operations.acknowledge_unclean_exits(services().broker, owners, by=g.identity.user.username)
+    except ApiError as exc:
+        flash(exc.message, "error")
+    else:
+        flash(f"Acknowledged {count} unclean exit(s).", "info")
+    return redirect(url_for("ui.ops_workers"))
 
 
 #: What each catch-up policy does after downtime, in the words of docs/schedules.md.

@@ -288,7 +288,13 @@ def client(d: Deployment) -> Iterator[Client]:
         broker = RedisBroker(url=settings.broker_url, namespace=d.env["TENURE_TEST_REDIS_NAMESPACE"], middleware=[])
     registry = Registry()
     queue = "jobs_acceptance"
-    for name, safe in [("acc_block_safe", True), ("acc_block_unsafe", False), ("acc_chaos", True), ("acc_echo", True)]:
+    for name, safe in [
+        ("acc_block_safe", True),
+        ("acc_block_unsafe", False),
+        ("acc_chaos", True),
+        ("acc_echo", True),
+        ("acc_stuck", True),
+    ]:
         registry.kind(name, queue=queue, safe_to_rerun=safe, broker=broker)(_never_called)
     # a kind the workers do not have: its jobs must end failed, not vanish
     registry.kind("acc_ghost", queue=queue, broker=broker)(_never_called)

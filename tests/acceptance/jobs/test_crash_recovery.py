@@ -3,6 +3,7 @@ interrupted, cancel-requested jobs end cancelled; a kind no worker knows ends fa
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -48,6 +49,11 @@ def test_sigkill_mid_job(backend: str, tmp_path: Path) -> None:
         assert d.scalar("SELECT error FROM jobs WHERE id = :i", i=ghost.id) == "no handler for kind acc_ghost"
         assert jobs.cancel(d.engine, cancel_me.id, by="u1").outcome == CancelOutcome.REQUESTED
 
+        running_on = {
+            r[0]: r[1]
+            for r in d.rows("SELECT id, worker_id FROM jobs WHERE id IN (:a, :b, :c)", a=ids[0], b=ids[1], c=ids[2])
+        }
+
         # When: worker A is SIGKILLed and worker B starts
         d.kill(worker_a)
         d.start_worker()
@@ -67,6 +73,18 @@ def test_sigkill_mid_job(backend: str, tmp_path: Path) -> None:
         interrupted = jobs.get_job(d.engine, unsafe.id, owner_id="u1")
         assert interrupted.attempt == 1 and "review" in (interrupted.error or "")
         assert jobs.get_job(d.engine, cancel_me.id, owner_id="u1").result is None
+        # ... and each job's attempt 1 ended "lease lost", with worker A's host, and what came next
+        lost = "lease lost — worker died"
+        for job_id, expected in (
+            (safe.id, [(1, lost, "requeued"), (2, "succeeded", None)]),
+            (unsafe.id, [(1, lost, "interrupted")]),
+            (cancel_me.id, [(1, lost, "cancelled")]),
+        ):
+            attempts = jobs.job_attempts(d.engine, job_id, owner_id="u1")
+            assert [(a.attempt, a.outcome, a.next) for a in attempts] == expected, job_id
+            assert attempts[0].host == socket.gethostname()
+            (expiry,) = [e for e in jobs.job_events(d.engine, job_id, owner_id="u1") if e.type == "lease_expired"]
+            assert (expiry.data["worker"], expiry.data["host"]) == (running_on[job_id], socket.gethostname()), expiry
         # the interrupted job can be retried by a person, as a new job
         again = jobs.retry(d.engine, unsafe.id, by="u1", registry=c.registry, settings=c.settings)
         assert again.retry_of_job_id == unsafe.id

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -217,12 +218,55 @@ def test_make_run_replaces_worker_processes_sigkilled_during_a_pipeline_and_keep
             assert "3 restart(s)" in page, page
             samples = [line for line in _metrics(http) if line.startswith('tenure_worker_restarts_total{role="worker"')]
             assert sum(float(line.rsplit(" ", 1)[1]) for line in samples) == 3, samples
+            # ... the render step's Attempts (API and page) end attempt 1 "lease lost", and its timeline has
+            # the lease expiry (which worker, which host) and the recovery that requeued it
+            render_pid = int(killed[-1].split(" ", 1)[0])
+            assert killed[-1].endswith("(running render_clip)"), killed
+            ((render_id,),) = _db_rows(
+                db, "SELECT id FROM jobs WHERE parent_job_id = ? AND kind = 'render_clip'", done["id"]
+            )
+            _assert_lease_lost(http, render_id, render_pid)
+            # ... the Workers page and readiness list the three unclean exits until an admin acknowledges them
+            _assert_unclean_exits_until_acknowledged(http, [int(k.split(" ", 1)[0]) for k in killed])
             # When honcho receives SIGTERM, it still stops everything
             procs.signal(honcho, signal.SIGTERM)
             assert honcho.popen.wait(30) in (0, 143), honcho.output()
         finally:
             probe.stop()
             _kill_groups(procs, groups)
+
+
+def _assert_lease_lost(http: Http, job_id: str, killed_pid: int) -> None:
+    status, attempts = http.call("GET", f"/api/v1/jobs/{job_id}/attempts")
+    assert status == 200, attempts
+    first, last = attempts["items"][0], attempts["items"][-1]
+    assert (first["attempt"], first["outcome"], first["next"]) == (1, "lease lost — worker died", "requeued"), attempts
+    assert first["host"] == socket.gethostname() and last["outcome"] == "succeeded", attempts
+    status, events = http.call("GET", f"/api/v1/jobs/{job_id}/events?limit=500")
+    assert status == 200, events
+    (expiry,) = [e for e in events["items"] if e["type"] == "lease_expired"]
+    assert expiry["data"]["attempt"] == 1 and expiry["data"]["worker"].split(":")[1] == str(killed_pid), expiry
+    assert expiry["data"]["host"] == socket.gethostname() and expiry["data"]["expired_at"], expiry
+    recovery = next(e for e in events["items"] if e["sequence"] == expiry["sequence"] + 1)
+    assert (recovery["type"], recovery["data"]["status"], recovery["data"]["next"]) == ("status", "queued", "requeued")
+    page = http.page(f"/jobs/{job_id}")
+    assert '<td data-label="Outcome" class="outcome">lease lost — worker died' in page, page
+    assert "lease_expired" in page
+
+
+def _assert_unclean_exits_until_acknowledged(http: Http, killed_pids: list[int]) -> None:
+    page = http.page("/ops/workers")
+    listed = [
+        int(pid) for pid in re.findall(r'<td data-label="Host / pid">[^<]* / (\d+)</td><td data-label="Started">', page)
+    ]
+    assert sorted(listed) == sorted(killed_pids), page
+    status, ready = http.call("GET", "/api/health/ready")
+    assert status == 200 and ready["status"] == "ok", ready  # a past crash leaves the system ready
+    assert ready["components"]["unclean_exits"]["detail"].startswith("3 unclean exit(s) awaiting acknowledgement")
+    after = http.submit_form(page, "unclean-exits-form")
+    assert "Acknowledged 3 unclean exit(s)." in after and 'id="unclean-exits"' not in after, after
+    status, ready = http.call("GET", "/api/health/ready")
+    assert status == 200 and ready["components"]["unclean_exits"]["detail"] == "no unclean exits", ready
 
 
 def _metrics(http: Http) -> list[str]:

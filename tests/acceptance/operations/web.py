@@ -65,3 +65,15 @@ class Http:
         with self._browser.open(self.base + path, timeout=10) as resp:
             assert resp.status == 200, resp.status
             return resp.read().decode()
+
+    def submit_form(self, page: str, form_id: str) -> str:
+        """Submit the form *form_id* of the UI page *page* (HTML) as a browser would: its action, its hidden
+        fields (the CSRF token among them); returns the page it redirects to."""
+        form = re.search(rf'<form method="post" action="([^"]+)" id="{form_id}">(.*?)</form>', page, re.S)
+        assert form, f"no form {form_id!r} on the page"
+        fields = re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)">', form.group(2))
+        assert self._browser is not None, "log in first (page)"
+        data = urllib.parse.urlencode(fields).encode()
+        with self._browser.open(self.base + form.group(1), data, timeout=10) as resp:
+            assert resp.status == 200, resp.status
+            return resp.read().decode()

@@ -93,7 +93,9 @@ class Walk:
 
     def record(self, name: str, job_id: str, before: JobStatus) -> None:
         after = self.status(job_id)
-        self.moves.setdefault(name, set()).add((before, after))
+        moves = self.moves.setdefault(name, set())
+        if after != before:  # request_cancel only marks the running job: no status move
+            moves.add((before, after))
         if after != before or name.startswith("claim"):
             # the move's status event, written by the transition in the same transaction
             data = self.env.sql(
@@ -129,15 +131,19 @@ class Walk:
 def _drive_every_transition(w: Walk) -> None:
     # Every argument is read before drive() opens its write transaction (SQLite: one writer at a time).
     t = transitions
-    # claim: queued → running, then a safe job's expired lease taken over by another worker
+    # claim: queued → running (a job under an expired lease is recovered first: see recover below)
     taken = w.running()
-    w.env.age_lease(taken)
-    w.claim(taken, worker="walk-host:2:other")
     # an execution's own outcomes
     a = w.attempt(taken)
     w.drive("complete", a.job_id, lambda tx, now: t.complete(tx, a, None, now=now))
     b = w.attempt(w.running())
     w.drive("fail", b.job_id, lambda tx, now: t.fail(tx, b, "RuntimeError: boom", now=now))
+    stuck = w.attempt(w.running())
+    w.drive(
+        "time_out_still_exiting",
+        stuck.job_id,
+        lambda tx, now: t.time_out_still_exiting(tx, stuck, "JobTimeout: stuck", now=now, exit_lease_ms=LEASE_MS),
+    )
     c = w.attempt(w.running())
     w.drive("cancel_running", c.job_id, lambda tx, now: t.cancel_running(tx, c, now=now))
     d = w.attempt(w.running())

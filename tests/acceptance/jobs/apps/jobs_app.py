@@ -72,6 +72,16 @@ def chaos(ctx: JobContext, *, n: int) -> None:
         tx.complete({"n": n})
 
 
+@jobs.registry.kind("acc_stuck", queue=QUEUE)
+def stuck(ctx: JobContext, *, fifo: str) -> str:
+    """Block inside C code until the test opens *fifo* for writing: ``open`` of a FIFO waits in the kernel
+    for a writer, where the time limit's asynchronous exception cannot reach the thread (it fires only
+    between bytecodes, i.e. once the call returns)."""
+    ctx.progress(0.1, "stuck")
+    with open(fifo, "rb") as f:
+        return f.read().decode()
+
+
 @jobs.registry.kind("acc_echo", queue=QUEUE)
 def echo(ctx: JobContext, **payload: object) -> dict[str, object]:
     return payload
