@@ -20,7 +20,7 @@ from sqlalchemy import Connection
 
 from broker import SQLiteBroker
 
-from . import store
+from . import store, tracing
 from .registry import ACTOR_TIME_LIMIT_MS
 
 #: Message option carrying the job id (how the middleware recognises a job message).
@@ -32,11 +32,15 @@ def job_message(
 ) -> Message:
     """The Dramatiq message that runs *job_id* (no arguments: the job row holds the payload).
 
-    ``broker_priority`` orders the SQLite broker's claims (higher first); other brokers ignore it.
+    ``broker_priority`` orders the SQLite broker's claims (higher first); other brokers ignore it. The
+    current span's trace context, when tracing, rides along (:data:`jobs.tracing.TRACE_OPTION`).
     """
     options: dict[str, Any] = {JOB_ID_OPTION: job_id, "max_retries": 0, "time_limit": ACTOR_TIME_LIMIT_MS}
     if priority:
         options["broker_priority"] = priority
+    trace = tracing.current_carrier()
+    if trace is not None:
+        options[tracing.TRACE_OPTION] = trace
     return Message(
         queue_name=queue_name,
         actor_name=actor_name,

@@ -1,0 +1,124 @@
+"""What the job layer tells OpenTelemetry: its spans, their attributes, and the trace context a message carries.
+
+The job layer speaks only the OpenTelemetry *API*. Until a process installs an SDK tracer provider
+(:mod:`monitoring.tracing`, when ``TENURE_TRACING`` is on) every helper here returns at once: no span,
+no context, no message option. With one installed:
+
+- a submit is a ``tenure.job.submit`` span (:func:`jobs.submit`), and every message the job layer writes
+  while a span is current carries that span's W3C context in its :data:`TRACE_OPTION` option (through the
+  outbox too: the option is part of the encoded message);
+- a worker continues the trace of each job message it takes (:mod:`jobs.execution.tracing`), so the claim,
+  the actor's run and the transaction recording the outcome are spans of the submit's trace; a retry's or a
+  workflow step's message is written inside such a span, so later attempts and steps join the same trace.
+
+Attributes name the job (:func:`job_attributes`) — never its payload, result, error text or credentials.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.trace import ProxyTracerProvider, Span, SpanKind, Status, StatusCode, Tracer
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+#: The message option holding the W3C trace context (``traceparent``/``tracestate``) of the span that wrote it.
+TRACE_OPTION = "tenure_trace"
+#: The instrumentation scope of the job layer's spans.
+SCOPE = "tenure.jobs"
+
+# W3C trace context only: baggage would copy whatever a caller put in it into every message.
+_propagator = TraceContextTextMapPropagator()
+_cached: tuple[Any, Tracer] | None = None
+
+
+def tracer() -> Tracer | None:
+    """The job layer's tracer, or None while no SDK provider is installed (tracing off: nothing to record)."""
+    global _cached
+    provider = trace.get_tracer_provider()
+    if isinstance(provider, ProxyTracerProvider):
+        return None
+    cached = _cached
+    if cached is None or cached[0] is not provider:
+        cached = _cached = (provider, provider.get_tracer(SCOPE))
+    return cached[1]
+
+
+def job_attributes(
+    job_id: str | None = None,
+    kind: str | None = None,
+    *,
+    queue: str | None = None,
+    attempt: int | None = None,
+    owner_id: str | None = None,
+) -> dict[str, Any]:
+    """The attributes naming a job on a span (the ones given)."""
+    attributes = {
+        "tenure.job.id": job_id,
+        "tenure.job.kind": kind,
+        "tenure.job.queue": queue,
+        "tenure.job.attempt": attempt,
+        "tenure.job.owner_id": owner_id,
+    }
+    return {k: v for k, v in attributes.items() if v is not None}
+
+
+@contextmanager
+def span(
+    name: str,
+    *,
+    kind: SpanKind = SpanKind.INTERNAL,
+    parent: Context | None = None,
+    attributes: Mapping[str, Any] | None = None,
+) -> Iterator[Span | None]:
+    """A current span around the block (None when tracing is off).
+
+    An exception leaving the block marks the span failed with the exception's type only: its message
+    may quote a payload.
+    """
+    t = tracer()
+    if t is None:
+        yield None
+        return
+    with t.start_as_current_span(
+        name, context=parent, kind=kind, attributes=attributes, record_exception=False, set_status_on_exception=False
+    ) as s:
+        try:
+            yield s
+        except BaseException as e:
+            failed(s, type(e).__name__)
+            raise
+
+
+def start(name: str, *, attributes: Mapping[str, Any] | None = None) -> Span | None:
+    """A child of the current span that another thread (or a later callback) ends: not made current (None
+    when tracing is off)."""
+    t = tracer()
+    return None if t is None else t.start_span(name, attributes=attributes)
+
+
+def failed(s: Span | None, reason: str) -> None:
+    """Mark *s* failed, with a short *reason* (an outcome or an exception type, never an error's text)."""
+    if s is not None:
+        s.set_status(Status(StatusCode.ERROR, reason))
+
+
+def current_carrier() -> dict[str, str] | None:
+    """The current span's context as W3C headers, for a message's :data:`TRACE_OPTION` (None: no span)."""
+    if tracer() is None:
+        return None
+    carrier: dict[str, str] = {}
+    _propagator.inject(carrier)
+    return carrier or None
+
+
+def context_of(options: Mapping[str, Any]) -> Context | None:
+    """The trace context a message's options carry (None: none, or not a W3C context)."""
+    carrier = options.get(TRACE_OPTION)
+    if not isinstance(carrier, Mapping):
+        return None
+    context = _propagator.extract(carrier={str(k): str(v) for k, v in carrier.items()})
+    return context if trace.get_current_span(context).get_span_context().is_valid else None

@@ -1,0 +1,225 @@
+"""Traces across processes: a job submitted over HTTP to a real gunicorn and run by a real ``tenure worker``
+on a migrated SQLite file is ONE trace — the request, the submit, and on the worker the delivery, the
+claim, the actor's run and the transaction that committed the outcome — received by an OTLP/HTTP
+receiver in the test from both processes' real exporters (``TENURE_TRACING=1``,
+``OTEL_EXPORTER_OTLP_ENDPOINT``). A retry's second attempt, a workflow's steps and an actor's own
+``result_transaction`` join the same trace; no span carries the payload.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.acceptance.operations.support import Procs, processes, wait_for
+from tests.acceptance.operations.web import free_port
+
+from .otlp_receiver import ReceivedSpan, Receiver, otlp_receiver
+
+APP = "tests.acceptance.tracing.trace_app:compose"
+#: Put in every payload: it must appear in no span (attributes name jobs, never their payloads).
+SECRET = "payload-secret-9f3b"
+pytestmark = pytest.mark.xdist_group("tracing")
+
+
+@dataclass
+class Deployment:
+    http: httpx.Client
+    token: str
+    receiver: Receiver
+    procs: Procs
+
+    def submit(self, kind: str, **headers: str) -> str:
+        response = self.http.post(
+            "/api/v1/jobs",
+            json={"kind": kind, "payload": {"text": SECRET}},
+            headers={"Authorization": f"Bearer {self.token}", **headers},
+        )
+        assert response.status_code == 201, response.text
+        return str(response.json()["id"])
+
+    def wait_succeeded(self, job_id: str) -> None:
+        def done() -> bool:
+            job = self.http.get(f"/api/v1/jobs/{job_id}", headers={"Authorization": f"Bearer {self.token}"}).json()
+            assert job["status"] in ("queued", "running", "succeeded"), job
+            return job["status"] == "succeeded"
+
+        wait_for(f"job {job_id} to succeed", done, 30, self.procs, poll_s=0.05)
+
+    def trace(self, job_id: str, *names: str) -> list[ReceivedSpan]:
+        """The spans of the trace whose submit created *job_id*, once spans named *names* arrived for it."""
+
+        def arrived() -> list[ReceivedSpan] | None:
+            spans = self.receiver.spans()
+            submit = [s for s in spans if s.name == "tenure.job.submit" and s.attributes.get("tenure.job.id") == job_id]
+            if not submit:
+                return None
+            in_trace = [s for s in spans if s.trace_id == submit[0].trace_id]
+            have = {s.name for s in in_trace if s.attributes.get("tenure.job.id") == job_id}
+            return in_trace if set(names) <= have else None
+
+        return wait_for(f"the spans {names} of job {job_id}", arrived, 20, self.procs, poll_s=0.05)
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+    import accounts
+    from jobs import schema
+    from jobs.db import make_engine
+
+    tmp = tmp_path_factory.mktemp("tracing")
+    url = f"sqlite:///{tmp / 'tenure.db'}"
+    schema.upgrade(url)
+    engine = make_engine(url)
+    user, _ = accounts.create_user(engine, "tracy", role="user")
+    token = accounts.create_token(engine, user.id, "traces")[1]
+    engine.dispose()
+    port = free_port()
+    with otlp_receiver() as (endpoint, receiver):
+        env = {
+            **os.environ,
+            "TENURE_DATABASE_URL": url,
+            "TENURE_OUTPUT_ROOT": str(tmp / "outputs"),
+            "TENURE_WEB_TASKS_APP": APP,
+            "TENURE_SECRET_KEY": "tracing-secret",
+            "PORT": str(port),
+            "TENURE_WEB_WORKERS": "1",
+            "TENURE_WEB_THREADS": "8",
+            "TENURE_TRACING": "1",
+            "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
+            "OTEL_BSP_SCHEDULE_DELAY": "50",
+        }
+        env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+        gunicorn = str(Path(sys.executable).with_name("gunicorn"))
+        with processes(tmp) as procs:
+            procs.start(
+                "web",
+                [gunicorn, "-c", "gunicorn.conf.py", "webapp:create_app()"],
+                {**env, "OTEL_SERVICE_NAME": "tenure-web"},
+            )
+            procs.start(
+                "worker",
+                [sys.executable, "-m", "tenure_cli", "worker", APP, "--processes", "1", "--threads", "2"]
+                + ["--worker-shutdown-timeout", "1000"],
+                {**env, "OTEL_SERVICE_NAME": "tenure-worker"},
+            )
+            base = f"http://127.0.0.1:{port}"
+            with httpx.Client(base_url=base, timeout=10) as http:
+                wait_for("gunicorn to answer", lambda: _answers(http), 30, procs, poll_s=0.1)
+                yield Deployment(http, token, receiver, procs)
+
+
+def _answers(http: httpx.Client) -> bool:
+    try:
+        return http.get("/api/health/live").is_success
+    except httpx.HTTPError:
+        return False
+
+
+def _one(spans: list[ReceivedSpan], name: str, **attributes: Any) -> ReceivedSpan:
+    found = [s for s in spans if s.name == name and all(s.attributes.get(k) == v for k, v in attributes.items())]
+    assert len(found) == 1, f"{len(found)} spans {name} {attributes} in {[(s.name, s.attributes) for s in spans]}"
+    return found[0]
+
+
+def _no_payload(spans: list[ReceivedSpan]) -> None:
+    for s in spans:
+        assert SECRET not in repr(s.attributes), (s.name, s.attributes)
+
+
+def test_a_job_submitted_over_http_and_run_by_a_worker_is_one_trace(deployment: Deployment) -> None:
+    job_id = deployment.submit("trace_echo")
+    deployment.wait_succeeded(job_id)
+    spans = deployment.trace(job_id, "tenure.job.process", "tenure.job.claim", "tenure.job.run", "tenure.job.commit")
+
+    # The web process: the request's server span, the submit inside it.
+    request = _one(spans, "POST /api/v1/jobs")
+    assert (request.service, request.kind, request.parent_id) == ("tenure-web", "server", "")
+    submit = _one(spans, "tenure.job.submit", **{"tenure.job.id": job_id})
+    assert (submit.service, submit.kind, submit.parent_id) == ("tenure-web", "producer", request.span_id)
+    assert submit.attributes["tenure.job.kind"] == "trace_echo" and submit.attributes["tenure.job.created"] is True
+    # The submit's SQL (SQLAlchemy's instrumentation) is inside it.
+    assert any(s.parent_id == submit.span_id and s.kind == "client" for s in spans)
+
+    # The worker: the delivery continues the submit's trace; claim, run and completion are its children.
+    process = _one(spans, "tenure.job.process", **{"tenure.job.id": job_id})
+    assert (process.service, process.kind, process.parent_id) == ("tenure-worker", "consumer", submit.span_id)
+    assert process.attributes["tenure.job.queue"] == "traced"
+    claim = _one(spans, "tenure.job.claim", **{"tenure.job.id": job_id})
+    run = _one(spans, "tenure.job.run", **{"tenure.job.id": job_id})
+    complete = _one(spans, "tenure.job.complete", **{"tenure.job.id": job_id})
+    for child in (claim, run, complete):
+        assert (child.service, child.parent_id) == ("tenure-worker", process.span_id), child
+        assert child.attributes["tenure.job.attempt"] == 1
+    assert claim.attributes["tenure.job.claimed"] is True
+    assert run.attributes["tenure.job.outcome"] == "succeeded" and not run.error
+    # On SQLite the success commits with the message's ack (a batch of the broker's ack writer).
+    assert complete.attributes["tenure.job.final"] == "deferred"
+    commit = _one(spans, "tenure.job.commit", **{"tenure.job.id": job_id})
+    assert commit.parent_id == complete.span_id and commit.attributes["tenure.job.final"] == "succeeded"
+    assert {s.trace_id for s in spans} == {request.trace_id}
+    _no_payload(spans)
+
+
+def test_a_request_carrying_a_trace_context_continues_that_trace(deployment: Deployment) -> None:
+    caller = "0af7651916cd43dd8448eb211c80319c"
+    job_id = deployment.submit("trace_echo", traceparent=f"00-{caller}-b7ad6b7169203331-01")
+    deployment.wait_succeeded(job_id)
+    spans = deployment.trace(job_id, "tenure.job.run")
+    assert _one(spans, "POST /api/v1/jobs").parent_id == "b7ad6b7169203331"
+    assert {s.trace_id for s in spans} == {caller}
+
+
+def test_a_retry_is_in_the_same_trace_after_the_failed_attempt(deployment: Deployment) -> None:
+    job_id = deployment.submit("trace_flaky")
+    deployment.wait_succeeded(job_id)
+    spans = deployment.trace(job_id, "tenure.job.commit")
+    first = _one(spans, "tenure.job.run", **{"tenure.job.id": job_id, "tenure.job.attempt": 1})
+    assert first.error and first.attributes["tenure.job.outcome"] == "retry"
+    failed = _one(spans, "tenure.job.complete", **{"tenure.job.id": job_id, "tenure.job.attempt": 1})
+    assert failed.attributes["tenure.job.final"] == "retrying"
+    # The second attempt's message was written inside the first's completion: its delivery is a child.
+    processes = [s for s in spans if s.name == "tenure.job.process" and s.attributes.get("tenure.job.id") == job_id]
+    assert len(processes) == 2
+    second = next(p for p in processes if p.parent_id == failed.span_id)
+    run = _one(spans, "tenure.job.run", **{"tenure.job.id": job_id, "tenure.job.attempt": 2})
+    assert run.parent_id == second.span_id and run.attributes["tenure.job.outcome"] == "succeeded"
+    _no_payload(spans)
+
+
+def test_an_actors_own_result_transaction_is_a_span_of_its_run(deployment: Deployment) -> None:
+    job_id = deployment.submit("trace_own_commit")
+    deployment.wait_succeeded(job_id)
+    spans = deployment.trace(job_id, "tenure.job.result_transaction")
+    run = _one(spans, "tenure.job.run", **{"tenure.job.id": job_id})
+    own = _one(spans, "tenure.job.result_transaction", **{"tenure.job.id": job_id})
+    assert own.parent_id == run.span_id and not own.error
+    # Completed inside the actor: nothing is left for the completer to record.
+    assert not [s for s in spans if s.name == "tenure.job.complete" and s.attributes.get("tenure.job.id") == job_id]
+
+
+def test_workflow_steps_join_the_trace_of_the_workflows_submit(deployment: Deployment) -> None:
+    parent_id = deployment.submit("trace_flow")
+    deployment.wait_succeeded(parent_id)
+    spans = wait_for("both steps completed", lambda: _completed(deployment.trace(parent_id), 2), 20, deployment.procs)
+    submit = _one(spans, "tenure.job.submit", **{"tenure.job.id": parent_id})
+    processes = [s for s in spans if s.name == "tenure.job.process"]
+    assert len(processes) == 2, [(s.name, s.attributes) for s in spans]
+    # The first step's message was written by the submit; the second's when the first step completed.
+    first = next(p for p in processes if p.parent_id == submit.span_id)
+    second = next(p for p in processes if p is not first)
+    first_complete = _one(spans, "tenure.job.complete", **{"tenure.job.id": first.attributes["tenure.job.id"]})
+    assert first_complete.attributes["tenure.job.final"] == "succeeded"  # a step completes inline, never deferred
+    assert second.parent_id == first_complete.span_id
+    _no_payload(spans)
+
+
+def _completed(spans: list[ReceivedSpan], steps: int) -> list[ReceivedSpan] | None:
+    return spans if len([s for s in spans if s.name == "tenure.job.complete"]) == steps else None

@@ -1,0 +1,50 @@
+"""Job kinds of the tracing acceptance test (``TENURE_WEB_TASKS_APP`` and the worker's app).
+
+:func:`compose` is ``tasks.compose`` (which turns tracing on from ``TENURE_TRACING``) plus these kinds:
+an echo, a kind whose first attempt fails (its retry must join the trace), one that completes in its
+own ``result_transaction``, and a two-step workflow.
+"""
+
+from __future__ import annotations
+
+import jobs
+import tasks
+from jobs import JobContext, Step, WorkflowRequest, payloads
+from tests.fast_stop import FastStop
+
+QUEUE = "traced"
+
+TEXT = payloads.schema("Echo text", text=payloads.field("string", "Text", required=True))
+
+
+@jobs.registry.kind("trace_echo", queue=QUEUE, payload=TEXT)
+def echo(ctx: JobContext, *, text: str) -> dict[str, object]:
+    """Echo text."""
+    return {"length": len(text)}
+
+
+@jobs.registry.kind("trace_flaky", queue=QUEUE, payload=TEXT, max_attempts=2, backoff=lambda attempt: 0.05)
+def flaky(ctx: JobContext, *, text: str) -> dict[str, object]:
+    """Fail the first attempt, succeed the second."""
+    if ctx.attempt == 1:
+        raise RuntimeError(f"first attempt of {text} fails")
+    return {"attempt": ctx.attempt}
+
+
+@jobs.registry.kind("trace_own_commit", queue=QUEUE, payload=TEXT)
+def own_commit(ctx: JobContext, *, text: str) -> None:
+    """Complete in the actor's own result transaction."""
+    with ctx.result_transaction() as tx:
+        tx.complete({"length": len(text)})
+
+
+@jobs.registry.workflow("trace_flow", payload=TEXT)
+def flow(request: WorkflowRequest, *, text: str) -> list[Step]:
+    """Two echo steps, the second after the first."""
+    return [Step("first", "trace_echo", {"text": text}), Step("second", "trace_echo", {"text": text}, ["first"])]
+
+
+def compose(settings: object = None) -> None:
+    broker = tasks.compose(settings).broker  # type: ignore[arg-type]
+    if not any(isinstance(m, FastStop) for m in broker.middleware):
+        broker.add_middleware(FastStop())
