@@ -260,8 +260,8 @@ class JobContext:
           JobCancelled: A cancel request committed first; nothing was written.
           JobTimeout: The attempt's time ran out before the commit.
         """
-        attributes = tracing.job_attributes(self.job_id, self.kind, attempt=self.attempt)
-        with tracing.span("tenure.job.result_transaction", attributes=attributes), self._result_transaction() as rtx:
+        span = tracing.span("tenure.job.result_transaction", self.job_id, self.kind, attempt=self.attempt)
+        with span, self._result_transaction() as rtx:
             yield rtx
 
     @contextmanager

@@ -27,8 +27,7 @@ def _traced(fn: Callable[..., JobRecord]) -> Callable[..., JobRecord]:
 
     @functools.wraps(fn)
     def traced(target: Engine | Session, *, owner_id: str, kind: str, **kwargs: Any) -> JobRecord:
-        attributes = tracing.job_attributes(kind=kind, owner_id=owner_id)
-        with tracing.span("tenure.job.submit", kind=SpanKind.PRODUCER, attributes=attributes) as span:
+        with tracing.span("tenure.job.submit", kind=kind, owner_id=owner_id, span_kind=SpanKind.PRODUCER) as span:
             job = fn(target, owner_id=owner_id, kind=kind, **kwargs)
             if span is not None:
                 span.set_attributes({"tenure.job.id": job.id, "tenure.job.created": job.created})

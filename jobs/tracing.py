@@ -1,8 +1,8 @@
 """What the job layer tells OpenTelemetry: its spans, their attributes, and the trace context a message carries.
 
-The job layer speaks only the OpenTelemetry *API*. Until a process installs an SDK tracer provider
-(:mod:`monitoring.tracing`, when ``TENURE_TRACING`` is on) every helper here returns at once: no span,
-no context, no message option. With one installed:
+The job layer speaks only the OpenTelemetry *API*. Until the process's tracing is turned on
+(:func:`enable`, called by :mod:`monitoring.tracing` when ``TENURE_TRACING`` is on) every helper here
+returns at once: no span, no context, no message option. Once on:
 
 - a submit is a ``tenure.job.submit`` span (:func:`jobs.submit`), and every message the job layer writes
   while a span is current carries that span's W3C context in its :data:`TRACE_OPTION` option (through the
@@ -17,12 +17,12 @@ Attributes name the job (:func:`job_attributes`) — never its payload, result, 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.trace import ProxyTracerProvider, Span, SpanKind, Status, StatusCode, Tracer
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, TracerProvider
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 #: The message option holding the W3C trace context (``traceparent``/``tracestate``) of the span that wrote it.
@@ -32,19 +32,30 @@ SCOPE = "tenure.jobs"
 
 # W3C trace context only: baggage would copy whatever a caller put in it into every message.
 _propagator = TraceContextTextMapPropagator()
-_cached: tuple[Any, Tracer] | None = None
+#: The job layer's tracer once :func:`enable` was called; None while tracing is off. Every helper reads
+#: this first, so tracing off costs a global read per helper (the API's no-op spans cost microseconds).
+_tracer: Tracer | None = None
+_provider: TracerProvider | None = None
+#: What :func:`span` returns while tracing is off (reusable: it holds no state).
+_OFF = nullcontext()
+
+
+def enable(provider: TracerProvider) -> None:
+    """Record the job layer's spans with *provider* (``monitoring.tracing`` calls it when tracing is on)."""
+    global _tracer, _provider
+    _provider, _tracer = provider, provider.get_tracer(SCOPE)
+
+
+def flush(timeout_ms: int) -> None:
+    """Export the spans the provider still holds (a process about to end without ``atexit``)."""
+    force_flush = getattr(_provider, "force_flush", None)  # the SDK's; the API's providers hold nothing
+    if force_flush is not None:
+        force_flush(timeout_ms)
 
 
 def tracer() -> Tracer | None:
-    """The job layer's tracer, or None while no SDK provider is installed (tracing off: nothing to record)."""
-    global _cached
-    provider = trace.get_tracer_provider()
-    if isinstance(provider, ProxyTracerProvider):
-        return None
-    cached = _cached
-    if cached is None or cached[0] is not provider:
-        cached = _cached = (provider, provider.get_tracer(SCOPE))
-    return cached[1]
+    """The job layer's tracer, or None while tracing is off."""
+    return _tracer
 
 
 def job_attributes(
@@ -66,25 +77,32 @@ def job_attributes(
     return {k: v for k, v in attributes.items() if v is not None}
 
 
-@contextmanager
 def span(
     name: str,
+    job_id: str | None = None,
+    kind: str | None = None,
     *,
-    kind: SpanKind = SpanKind.INTERNAL,
-    parent: Context | None = None,
-    attributes: Mapping[str, Any] | None = None,
-) -> Iterator[Span | None]:
-    """A current span around the block (None when tracing is off).
+    queue: str | None = None,
+    attempt: int | None = None,
+    owner_id: str | None = None,
+    span_kind: SpanKind = SpanKind.INTERNAL,
+) -> AbstractContextManager[Span | None]:
+    """A current span around a block, named *name* and naming the job (yields None when tracing is off).
 
     An exception leaving the block marks the span failed with the exception's type only: its message
     may quote a payload.
     """
-    t = tracer()
+    t = _tracer
     if t is None:
-        yield None
-        return
+        return _OFF
+    attributes = job_attributes(job_id, kind, queue=queue, attempt=attempt, owner_id=owner_id)
+    return _span(t, name, span_kind, attributes)
+
+
+@contextmanager
+def _span(t: Tracer, name: str, span_kind: SpanKind, attributes: dict[str, Any]) -> Iterator[Span]:
     with t.start_as_current_span(
-        name, context=parent, kind=kind, attributes=attributes, record_exception=False, set_status_on_exception=False
+        name, kind=span_kind, attributes=attributes, record_exception=False, set_status_on_exception=False
     ) as s:
         try:
             yield s
@@ -93,22 +111,23 @@ def span(
             raise
 
 
-def start(name: str, *, attributes: Mapping[str, Any] | None = None) -> Span | None:
+def start(name: str, job_id: str, kind: str, attempt: int) -> Span | None:
     """A child of the current span that another thread (or a later callback) ends: not made current (None
     when tracing is off)."""
-    t = tracer()
-    return None if t is None else t.start_span(name, attributes=attributes)
+    t = _tracer
+    return None if t is None else t.start_span(name, attributes=job_attributes(job_id, kind, attempt=attempt))
 
 
-def failed(s: Span | None, reason: str) -> None:
-    """Mark *s* failed, with a short *reason* (an outcome or an exception type, never an error's text)."""
-    if s is not None:
+def failed(s: Span | None, reason: str | None) -> None:
+    """Mark *s* failed, with a short *reason* (an outcome or an exception type, never an error's text; None:
+    not failed)."""
+    if s is not None and reason is not None:
         s.set_status(Status(StatusCode.ERROR, reason))
 
 
 def current_carrier() -> dict[str, str] | None:
     """The current span's context as W3C headers, for a message's :data:`TRACE_OPTION` (None: no span)."""
-    if tracer() is None:
+    if _tracer is None:
         return None
     carrier: dict[str, str] = {}
     _propagator.inject(carrier)

@@ -1,7 +1,7 @@
 """Installing OpenTelemetry tracing in a Tenure process: the SDK tracer provider, its exporter, the instrumentations.
 
-Off unless ``TENURE_TRACING`` is on (:attr:`settings.environment.Settings.tracing`): then no provider is
-installed, the job layer's spans are no-ops (:mod:`jobs.tracing`) and nothing is exported or sent.
+Off unless ``TENURE_TRACING`` is on (:attr:`settings.environment.Settings.tracing`): until then no provider
+is installed, the job layer makes no spans (:mod:`jobs.tracing`) and nothing is exported or sent.
 When on, :func:`configure_tracing` (called by every composition root: ``tasks.compose`` and the web app
 factory, before they make an engine) installs an SDK provider once per process, configured by the
 standard ``OTEL_*`` variables:
@@ -31,6 +31,7 @@ from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
 
+from jobs import tracing as jobs_tracing
 from settings.environment import Settings, SettingsError
 
 logger = logging.getLogger(__name__)
@@ -66,18 +67,24 @@ def configure_tracing(settings: Settings, env: Mapping[str, str] | None = None) 
         return True
     env = os.environ if env is None else env
     exporters = [_exporter(name, env) for name in _exporter_names(env)]
-    resource = Resource.create()
-    if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
-        resource = resource.merge(Resource({SERVICE_NAME: DEFAULT_SERVICE_NAME}))
-    provider = TracerProvider(resource=resource)
+    provider = TracerProvider(resource=service_resource())
     for exporter in exporters:
         if exporter is not None:
             provider.add_span_processor(BatchSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
+    jobs_tracing.enable(provider)
     _instrument_libraries(provider)
     _installed = provider
     logger.info("Tracing on: exporting to %s.", ", ".join(_exporter_names(env)))
     return True
+
+
+def service_resource() -> Resource:
+    """The SDK's resource (``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``); ``tenure`` unless they name one."""
+    resource = Resource.create()
+    if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
+        resource = resource.merge(Resource({SERVICE_NAME: DEFAULT_SERVICE_NAME}))
+    return resource
 
 
 def _exporter_names(env: Mapping[str, str]) -> list[str]:

@@ -32,7 +32,7 @@ class Claimer:
     def claim(self, broker: Broker, job_id: str, queue_name: str | None = None) -> JobContext | None:
         """Claim *job_id* for this worker; its running context, or None when it is not claimable (a
         duplicate delivery, cancelled, finished, or running under another worker's live lease)."""
-        with tracing.span("tenure.job.claim", attributes=tracing.job_attributes(job_id, queue=queue_name)) as span:
+        with tracing.span("tenure.job.claim", job_id, queue=queue_name) as span:
             ctx = self._claim(broker, job_id, queue_name)
             if span is not None:
                 span.set_attribute("tenure.job.claimed", ctx is not None)

@@ -207,9 +207,7 @@ class _AckCompletion:
         self.pending = AfterCommitBuffer()
         a = ctx.execution
         # From the hand-off to the ack writer until the ack batch holding the success committed.
-        self.span = tracing.start(
-            "tenure.job.commit", attributes=tracing.job_attributes(a.job_id, a.kind, attempt=a.attempt)
-        )
+        self.span = tracing.start("tenure.job.commit", a.job_id, a.kind, a.attempt)
 
     def tx(self, conn: sqlite3.Connection) -> db.Tx:
         self.pending = AfterCommitBuffer()  # a batch run again (database unavailable) starts afresh

@@ -33,8 +33,7 @@ class Runner:
         """Run the claimed attempt *ctx* in this thread and record its outcome."""
         self.worker.track(ctx)
         try:
-            attributes = tracing.job_attributes(ctx.job_id, ctx.kind, attempt=ctx.attempt)
-            with tracing.span("tenure.job.run", attributes=attributes) as span:
+            with tracing.span("tenure.job.run", ctx.job_id, ctx.kind, attempt=ctx.attempt) as span:
                 outcome = _outcome(ctx, ctx._kind)  # type: ignore[attr-defined]
                 if span is not None and outcome is not None:
                     span.set_attribute("tenure.job.outcome", type(outcome).__name__.lower())
@@ -50,9 +49,8 @@ class Runner:
         if ctx.lost and not isinstance(outcome, Succeeded):
             return
         ctx.finishing = True
-        attributes = tracing.job_attributes(ctx.job_id, ctx.kind, attempt=ctx.attempt)
         try:
-            with tracing.span("tenure.job.complete", attributes=attributes) as span:
+            with tracing.span("tenure.job.complete", ctx.job_id, ctx.kind, attempt=ctx.attempt) as span:
                 final = self.completer.finish(ctx, outcome, broker=self.worker.broker or ctx._broker)
                 if span is not None:
                     span.set_attribute("tenure.job.final", final)

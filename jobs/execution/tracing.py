@@ -36,11 +36,9 @@ class TracingMiddleware(Middleware):
         self._local = threading.local()
 
     def before_process_message(self, broker: Broker, message: Any) -> None:
-        job_id = message.options.get(JOB_ID_OPTION)
-        if job_id is None:
-            return
         t = tracing.tracer()
-        if t is None:
+        job_id = message.options.get(JOB_ID_OPTION)
+        if t is None or job_id is None:
             return
         attributes = {
             **tracing.job_attributes(job_id, message.actor_name, queue=message.queue_name),
@@ -57,25 +55,22 @@ class TracingMiddleware(Middleware):
         self._local.delivery = (span, token)
 
     def after_process_message(self, broker: Broker, message: Any, *, result: Any = None, exception: Any = None) -> None:
-        self._end(None if exception is None else type(exception).__name__)
+        self._end(problem=None if exception is None else type(exception).__name__)
 
     def after_skip_message(self, broker: Broker, message: Any) -> None:
-        self._end("skipped")
+        self._end(skipped=True)
 
     def after_worker_shutdown(self, broker: Broker, worker: Any) -> None:
-        flush = getattr(trace.get_tracer_provider(), "force_flush", None)
-        if flush is not None:
-            flush(FLUSH_TIMEOUT_MS)
+        tracing.flush(FLUSH_TIMEOUT_MS)
 
-    def _end(self, problem: str | None) -> None:
+    def _end(self, *, problem: str | None = None, skipped: bool = False) -> None:
         delivery: tuple[Span, object] | None = getattr(self._local, "delivery", None)
         if delivery is None:
             return
         self._local.delivery = None
         span, token = delivery
-        if problem == "skipped":
+        if skipped:  # a duplicate delivery, a cancelled or finished job: nothing ran
             span.set_attribute("tenure.job.skipped", True)
-        elif problem is not None:
-            tracing.failed(span, problem)
+        tracing.failed(span, problem)
         otel_context.detach(token)  # type: ignore[arg-type]
         span.end()

@@ -1,5 +1,6 @@
 """A tiny OTLP/HTTP trace receiver for the tests: ``POST /v1/traces`` with an ``ExportTraceServiceRequest``
-(protobuf, as the SDK's OTLP/HTTP exporter sends it), kept as plain :class:`ReceivedSpan` records."""
+(protobuf, as the SDK's OTLP/HTTP exporter sends it), kept as plain :class:`ReceivedSpan` records; and
+``GET /fetched`` for a job's outgoing request, whose ``traceparent`` header it keeps."""
 
 from __future__ import annotations
 
@@ -50,6 +51,8 @@ class Receiver:
         self._lock = threading.Lock()
         self._spans: list[ReceivedSpan] = []
         self.requests = 0
+        #: The ``traceparent`` header of each ``GET /fetched`` (None: the request had none).
+        self.fetched: list[str | None] = []
 
     def add(self, body: bytes) -> None:
         request = ExportTraceServiceRequest.FromString(body)
@@ -81,6 +84,14 @@ class Receiver:
 
 def _handler(receiver: Receiver) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            if self.path != "/fetched":
+                self.send_error(404)
+                return
+            receiver.fetched.append(self.headers.get("traceparent"))
+            self.send_response(204)
+            self.end_headers()
+
         def do_POST(self) -> None:  # noqa: N802 (http.server's name)
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
             encoding = self.headers.get("Content-Encoding")

@@ -1,16 +1,23 @@
 """Traces across processes: a job submitted over HTTP to a real gunicorn and run by a real ``tenure worker``
-on a migrated SQLite file is ONE trace — the request, the submit, and on the worker the delivery, the
-claim, the actor's run and the transaction that committed the outcome — received by an OTLP/HTTP
-receiver in the test from both processes' real exporters (``TENURE_TRACING=1``,
-``OTEL_EXPORTER_OTLP_ENDPOINT``). A retry's second attempt, a workflow's steps and an actor's own
-``result_transaction`` join the same trace; no span carries the payload.
+is ONE trace — the request, the submit, and on the worker the delivery, the claim, the actor's run and
+the transaction that committed the outcome — received by an OTLP/HTTP receiver in the test from both
+processes' real exporters (``TENURE_TRACING=1``, ``OTEL_EXPORTER_OTLP_ENDPOINT``). A retry's second
+attempt, a workflow's steps, an actor's own ``result_transaction`` and its httpx request join the same
+trace; no span carries the payload.
+
+Two deployments: one SQLite file (jobs and messages in one transaction; a success commits with its
+message's ack), and PostgreSQL + RabbitMQ (a private vhost; the message goes through the outbox and a
+real ``tenure relay``).
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,10 +38,12 @@ pytestmark = pytest.mark.xdist_group("tracing")
 
 @dataclass
 class Deployment:
+    backend: str
     http: httpx.Client
     token: str
     receiver: Receiver
     procs: Procs
+    env: dict[str, str]
 
     def submit(self, kind: str, **headers: str) -> str:
         response = self.http.post(
@@ -68,24 +77,42 @@ class Deployment:
         return wait_for(f"the spans {names} of job {job_id}", arrived, 20, self.procs, poll_s=0.05)
 
 
-@pytest.fixture(scope="module")
-def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
-    import accounts
+@contextmanager
+def _databases(backend: str) -> Iterator[dict[str, str]]:
+    """The deployment's ``TENURE_DATABASE_URL`` (and ``TENURE_BROKER_URL``), migrated."""
     from jobs import schema
+
+    if backend == "sqlite":
+        with tempfile.TemporaryDirectory() as tmp:
+            url = f"sqlite:///{tmp}/tenure.db"
+            schema.upgrade(url)
+            yield {"TENURE_DATABASE_URL": url}
+        return
+    from tests.acceptance.operations.fleet import rabbitmq_postgres
+
+    with rabbitmq_postgres() as fleet:
+        schema.upgrade(fleet.database_url)
+        yield {"TENURE_DATABASE_URL": fleet.database_url, "TENURE_BROKER_URL": fleet.broker_url}
+
+
+@pytest.fixture(
+    scope="module", params=["sqlite", pytest.param("postgres", marks=[pytest.mark.services, pytest.mark.slow])]
+)
+def deployment(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+    import accounts
     from jobs.db import make_engine
 
-    tmp = tmp_path_factory.mktemp("tracing")
-    url = f"sqlite:///{tmp / 'tenure.db'}"
-    schema.upgrade(url)
-    engine = make_engine(url)
-    user, _ = accounts.create_user(engine, "tracy", role="user")
-    token = accounts.create_token(engine, user.id, "traces")[1]
-    engine.dispose()
-    port = free_port()
-    with otlp_receiver() as (endpoint, receiver):
+    backend = request.param
+    tmp = tmp_path_factory.mktemp(f"tracing-{backend}")
+    with _databases(backend) as urls, otlp_receiver() as (endpoint, receiver):
+        engine = make_engine(urls["TENURE_DATABASE_URL"])
+        user, _ = accounts.create_user(engine, "tracy", role="user")
+        token = accounts.create_token(engine, user.id, "traces")[1]
+        engine.dispose()
+        port = free_port()
         env = {
             **os.environ,
-            "TENURE_DATABASE_URL": url,
+            **urls,
             "TENURE_OUTPUT_ROOT": str(tmp / "outputs"),
             "TENURE_WEB_TASKS_APP": APP,
             "TENURE_SECRET_KEY": "tracing-secret",
@@ -95,6 +122,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
             "TENURE_TRACING": "1",
             "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
             "OTEL_BSP_SCHEDULE_DELAY": "50",
+            "TRACE_FETCH_URL": f"{endpoint}/fetched",
         }
         env.pop("PROMETHEUS_MULTIPROC_DIR", None)
         gunicorn = str(Path(sys.executable).with_name("gunicorn"))
@@ -106,14 +134,20 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
             )
             procs.start(
                 "worker",
-                [sys.executable, "-m", "tenure_cli", "worker", APP, "--processes", "1", "--threads", "2"]
-                + ["--worker-shutdown-timeout", "1000"],
+                [*_worker_argv(), "--queues", "traced"],
                 {**env, "OTEL_SERVICE_NAME": "tenure-worker"},
             )
+            if backend != "sqlite":
+                procs.start("relay", [sys.executable, "-m", "tenure_cli", "relay", "--app", APP], env)
             base = f"http://127.0.0.1:{port}"
             with httpx.Client(base_url=base, timeout=10) as http:
                 wait_for("gunicorn to answer", lambda: _answers(http), 30, procs, poll_s=0.1)
-                yield Deployment(http, token, receiver, procs)
+                yield Deployment(backend, http, token, receiver, procs, env)
+
+
+def _worker_argv() -> list[str]:
+    threads = ["--processes", "1", "--threads", "2", "--worker-shutdown-timeout", "1000"]
+    return [sys.executable, "-m", "tenure_cli", "worker", APP, *threads]
 
 
 def _answers(http: httpx.Client) -> bool:
@@ -121,6 +155,11 @@ def _answers(http: httpx.Client) -> bool:
         return http.get("/api/health/live").is_success
     except httpx.HTTPError:
         return False
+
+
+def _committed(deployment: Deployment) -> tuple[str, ...]:
+    """The span that ends a successful attempt: its commit with the ack on SQLite, its completion elsewhere."""
+    return ("tenure.job.commit",) if deployment.backend == "sqlite" else ("tenure.job.complete",)
 
 
 def _one(spans: list[ReceivedSpan], name: str, **attributes: Any) -> ReceivedSpan:
@@ -137,7 +176,7 @@ def _no_payload(spans: list[ReceivedSpan]) -> None:
 def test_a_job_submitted_over_http_and_run_by_a_worker_is_one_trace(deployment: Deployment) -> None:
     job_id = deployment.submit("trace_echo")
     deployment.wait_succeeded(job_id)
-    spans = deployment.trace(job_id, "tenure.job.process", "tenure.job.claim", "tenure.job.run", "tenure.job.commit")
+    spans = deployment.trace(job_id, "tenure.job.claim", "tenure.job.run", *_committed(deployment))
 
     # The web process: the request's server span, the submit inside it.
     request = _one(spans, "POST /api/v1/jobs")
@@ -160,12 +199,19 @@ def test_a_job_submitted_over_http_and_run_by_a_worker_is_one_trace(deployment: 
         assert child.attributes["tenure.job.attempt"] == 1
     assert claim.attributes["tenure.job.claimed"] is True
     assert run.attributes["tenure.job.outcome"] == "succeeded" and not run.error
-    # On SQLite the success commits with the message's ack (a batch of the broker's ack writer).
-    assert complete.attributes["tenure.job.final"] == "deferred"
-    commit = _one(spans, "tenure.job.commit", **{"tenure.job.id": job_id})
-    assert commit.parent_id == complete.span_id and commit.attributes["tenure.job.final"] == "succeeded"
+    if deployment.backend == "sqlite":
+        # The success commits with the message's ack (a batch of the broker's ack writer).
+        assert complete.attributes["tenure.job.final"] == "deferred"
+        commit = _one(spans, "tenure.job.commit", **{"tenure.job.id": job_id})
+        assert commit.parent_id == complete.span_id and commit.attributes["tenure.job.final"] == "succeeded"
+    else:
+        assert complete.attributes["tenure.job.final"] == "succeeded"
+        # The completion's own transaction: its SQL is inside it.
+        assert any(s.parent_id == complete.span_id and s.kind == "client" for s in spans)
     assert {s.trace_id for s in spans} == {request.trace_id}
     _no_payload(spans)
+    # The health probes the fixture polled made no spans (excluded URLs).
+    assert not [s for s in deployment.receiver.spans() if "/api/health" in s.name]
 
 
 def test_a_request_carrying_a_trace_context_continues_that_trace(deployment: Deployment) -> None:
@@ -180,7 +226,7 @@ def test_a_request_carrying_a_trace_context_continues_that_trace(deployment: Dep
 def test_a_retry_is_in_the_same_trace_after_the_failed_attempt(deployment: Deployment) -> None:
     job_id = deployment.submit("trace_flaky")
     deployment.wait_succeeded(job_id)
-    spans = deployment.trace(job_id, "tenure.job.commit")
+    spans = deployment.trace(job_id, *_committed(deployment))
     first = _one(spans, "tenure.job.run", **{"tenure.job.id": job_id, "tenure.job.attempt": 1})
     assert first.error and first.attributes["tenure.job.outcome"] == "retry"
     failed = _one(spans, "tenure.job.complete", **{"tenure.job.id": job_id, "tenure.job.attempt": 1})
@@ -223,3 +269,37 @@ def test_workflow_steps_join_the_trace_of_the_workflows_submit(deployment: Deplo
 
 def _completed(spans: list[ReceivedSpan], steps: int) -> list[ReceivedSpan] | None:
     return spans if len([s for s in spans if s.name == "tenure.job.complete"]) == steps else None
+
+
+def test_an_actors_httpx_request_is_a_client_span_carrying_the_trace(deployment: Deployment) -> None:
+    job_id = deployment.submit("trace_fetch")
+    deployment.wait_succeeded(job_id)
+    spans = deployment.trace(job_id, "tenure.job.run")
+    run = _one(spans, "tenure.job.run", **{"tenure.job.id": job_id})
+    wait_for("the GET's span", lambda: [s for s in deployment.trace(job_id) if s.name == "GET"], 20, deployment.procs)
+    get = _one(deployment.trace(job_id), "GET")
+    assert (get.kind, get.parent_id) == ("client", run.span_id)
+    # The receiver got the request with the client span's context.
+    assert f"-{get.trace_id}-{get.span_id}-" in str(deployment.receiver.fetched)
+
+
+def test_a_stopping_worker_flushes_the_spans_it_still_holds(deployment: Deployment) -> None:
+    if deployment.backend != "sqlite":
+        pytest.skip("the flush does not depend on the backend: one deployment checks it")
+    # Given a worker whose finished spans would wait ten minutes before their batch is exported
+    worker = deployment.procs.start(
+        "flush-worker",
+        [*_worker_argv(), "--queues", "traced_flush"],
+        {**deployment.env, "OTEL_SERVICE_NAME": "tenure-flush-worker", "OTEL_BSP_SCHEDULE_DELAY": "600000"},
+    )
+    job_id = deployment.submit("trace_flush")
+    deployment.wait_succeeded(job_id)
+    deployment.trace(job_id)  # the web's spans arrived
+    assert not [s for s in deployment.receiver.spans() if s.service == "tenure-flush-worker"]
+    # When it stops (SIGTERM, as honcho and the supervisor stop it), its spans are exported on the way out.
+    deployment.procs.signal(worker, signal.SIGTERM)
+    assert worker.popen.wait(30) == 0
+    spans = deployment.trace(job_id, "tenure.job.process", "tenure.job.claim", "tenure.job.run", "tenure.job.commit")
+    assert {s.service for s in spans if s.name.startswith("tenure.job.") and s.name != "tenure.job.submit"} == {
+        "tenure-flush-worker"
+    }

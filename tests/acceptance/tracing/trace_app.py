@@ -2,10 +2,15 @@
 
 :func:`compose` is ``tasks.compose`` (which turns tracing on from ``TENURE_TRACING``) plus these kinds:
 an echo, a kind whose first attempt fails (its retry must join the trace), one that completes in its
-own ``result_transaction``, and a two-step workflow.
+own ``result_transaction``, one that makes an HTTP request with httpx, one on a queue of its own, and a
+two-step workflow.
 """
 
 from __future__ import annotations
+
+import os
+
+import httpx
 
 import jobs
 import tasks
@@ -13,6 +18,8 @@ from jobs import JobContext, Step, WorkflowRequest, payloads
 from tests.fast_stop import FastStop
 
 QUEUE = "traced"
+#: The queue of the kind a second worker runs (the test of the flush at worker shutdown).
+FLUSH_QUEUE = "traced_flush"
 
 TEXT = payloads.schema("Echo text", text=payloads.field("string", "Text", required=True))
 
@@ -36,6 +43,17 @@ def own_commit(ctx: JobContext, *, text: str) -> None:
     """Complete in the actor's own result transaction."""
     with ctx.result_transaction() as tx:
         tx.complete({"length": len(text)})
+
+
+@jobs.registry.kind("trace_fetch", queue=QUEUE, payload=TEXT)
+def fetch(ctx: JobContext, *, text: str) -> dict[str, object]:
+    """GET the URL in ``TRACE_FETCH_URL`` (the test's receiver) with httpx, as the notification actor posts."""
+    return {"status": httpx.get(os.environ["TRACE_FETCH_URL"], timeout=10).status_code}
+
+
+@jobs.registry.kind("trace_flush", queue=FLUSH_QUEUE, payload=TEXT)
+def flush(ctx: JobContext, *, text: str) -> None:
+    """Nothing: run by a worker whose spans leave it only when it stops."""
 
 
 @jobs.registry.workflow("trace_flow", payload=TEXT)
