@@ -16,6 +16,7 @@ Attributes name the job (:func:`job_attributes`) — never its payload, result, 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
@@ -125,13 +126,32 @@ def failed(s: Span | None, reason: str | None) -> None:
         s.set_status(Status(StatusCode.ERROR, reason))
 
 
-def current_carrier() -> dict[str, str] | None:
-    """The current span's context as W3C headers, for a message's :data:`TRACE_OPTION` (None: no span)."""
-    if _tracer is None:
-        return None
+def _current() -> dict[str, str]:
     carrier: dict[str, str] = {}
     _propagator.inject(carrier)
-    return carrier or None
+    return carrier
+
+
+def carrier(stored: str | None = None) -> dict[str, str] | None:
+    """The W3C headers for a message's :data:`TRACE_OPTION`: the current span's context, else the job's
+    *stored* one (:func:`stored_context`); None when tracing is off or there is neither."""
+    if _tracer is None:
+        return None
+    current = _current()
+    if current:
+        return current
+    if stored:
+        parsed = json.loads(stored)
+        return parsed if isinstance(parsed, dict) else None
+    return None
+
+
+def stored_context() -> str | None:
+    """The current span's context as JSON, for a new job's row (``jobs.trace_context``; None: no span)."""
+    if _tracer is None:
+        return None
+    current = _current()
+    return json.dumps(current, separators=(",", ":")) if current else None
 
 
 def context_of(options: Mapping[str, Any]) -> Context | None:

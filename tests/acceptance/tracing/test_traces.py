@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.acceptance.operations.support import Procs, processes, wait_for
+from tests.acceptance.operations.support import Proc, Procs, processes, wait_for
 from tests.acceptance.operations.web import free_port
 
 from .otlp_receiver import ReceivedSpan, Receiver, otlp_receiver
@@ -54,13 +54,22 @@ class Deployment:
         assert response.status_code == 201, response.text
         return str(response.json()["id"])
 
+    def start_worker(self, service: str, queue: str, **env: str) -> Proc:
+        """Another ``tenure worker``, for *queue* only, its spans under the service name *service*."""
+        return self.procs.start(
+            service, [*_worker_argv(), "--queues", queue], {**self.env, "OTEL_SERVICE_NAME": service, **env}
+        )
+
     def wait_succeeded(self, job_id: str) -> None:
-        def done() -> bool:
+        self.wait_status(job_id, "succeeded")
+
+    def wait_status(self, job_id: str, status: str) -> None:
+        def reached() -> bool:
             job = self.http.get(f"/api/v1/jobs/{job_id}", headers={"Authorization": f"Bearer {self.token}"}).json()
             assert job["status"] in ("queued", "running", "succeeded"), job
-            return job["status"] == "succeeded"
+            return bool(job["status"] == status)
 
-        wait_for(f"job {job_id} to succeed", done, 30, self.procs, poll_s=0.05)
+        wait_for(f"job {job_id} to be {status}", reached, 30, self.procs, poll_s=0.05)
 
     def trace(self, job_id: str, *names: str) -> list[ReceivedSpan]:
         """The spans of the trace whose submit created *job_id*, once spans named *names* arrived for it."""
@@ -287,11 +296,7 @@ def test_a_stopping_worker_flushes_the_spans_it_still_holds(deployment: Deployme
     if deployment.backend != "sqlite":
         pytest.skip("the flush does not depend on the backend: one deployment checks it")
     # Given a worker whose finished spans would wait ten minutes before their batch is exported
-    worker = deployment.procs.start(
-        "flush-worker",
-        [*_worker_argv(), "--queues", "traced_flush"],
-        {**deployment.env, "OTEL_SERVICE_NAME": "tenure-flush-worker", "OTEL_BSP_SCHEDULE_DELAY": "600000"},
-    )
+    worker = deployment.start_worker("tenure-flush-worker", "traced_flush", OTEL_BSP_SCHEDULE_DELAY="600000")
     job_id = deployment.submit("trace_flush")
     deployment.wait_succeeded(job_id)
     deployment.trace(job_id)  # the web's spans arrived
@@ -303,3 +308,25 @@ def test_a_stopping_worker_flushes_the_spans_it_still_holds(deployment: Deployme
     assert {s.service for s in spans if s.name.startswith("tenure.job.") and s.name != "tenure.job.submit"} == {
         "tenure-flush-worker"
     }
+
+
+def test_an_attempt_recovered_after_its_worker_was_lost_stays_in_the_submits_trace(deployment: Deployment) -> None:
+    if deployment.backend != "sqlite":
+        pytest.skip("recovery's message is written the same way on every backend: one deployment checks it")
+    # Given a job running on a worker (1 s job leases) that is then SIGKILLed whole
+    lost = deployment.start_worker("tenure-lost-worker", "traced_lost", TENURE_JOB_LEASE_TTL_S="1")
+    job_id = deployment.submit("trace_lost")
+    deployment.wait_status(job_id, "running")
+    deployment.procs.signal(lost, signal.SIGKILL, group=True)
+    lost.popen.wait(10)
+    # When another worker's keeper recovers it (a fresh message, written outside any span) and runs attempt 2
+    rescuer = deployment.start_worker("tenure-rescuer", "traced_lost", TENURE_RECOVERY_INTERVAL_S="0.2")
+    deployment.wait_succeeded(job_id)
+    # Then that attempt's delivery is a child of the submit, through the context the job's row kept
+    spans = deployment.trace(job_id, "tenure.job.commit")
+    submit = _one(spans, "tenure.job.submit", **{"tenure.job.id": job_id})
+    run = _one(spans, "tenure.job.run", **{"tenure.job.id": job_id, "tenure.job.attempt": 2})
+    process = next(s for s in spans if s.span_id == run.parent_id)
+    assert (process.name, process.service) == ("tenure.job.process", "tenure-rescuer")
+    assert process.parent_id == submit.span_id
+    deployment.procs.signal(rescuer, signal.SIGTERM, group=True)

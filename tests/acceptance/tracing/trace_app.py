@@ -2,13 +2,14 @@
 
 :func:`compose` is ``tasks.compose`` (which turns tracing on from ``TENURE_TRACING``) plus these kinds:
 an echo, a kind whose first attempt fails (its retry must join the trace), one that completes in its
-own ``result_transaction``, one that makes an HTTP request with httpx, one on a queue of its own, and a
-two-step workflow.
+own ``result_transaction``, one that makes an HTTP request with httpx, one on a queue of its own, one whose
+first attempt runs until its worker is killed, and a two-step workflow.
 """
 
 from __future__ import annotations
 
 import os
+import time
 
 import httpx
 
@@ -20,6 +21,8 @@ from tests.fast_stop import FastStop
 QUEUE = "traced"
 #: The queue of the kind a second worker runs (the test of the flush at worker shutdown).
 FLUSH_QUEUE = "traced_flush"
+#: The queue of the kind whose first worker is killed (the test of a recovered attempt).
+LOST_QUEUE = "traced_lost"
 
 TEXT = payloads.schema("Echo text", text=payloads.field("string", "Text", required=True))
 
@@ -54,6 +57,15 @@ def fetch(ctx: JobContext, *, text: str) -> dict[str, object]:
 @jobs.registry.kind("trace_flush", queue=FLUSH_QUEUE, payload=TEXT)
 def flush(ctx: JobContext, *, text: str) -> None:
     """Nothing: run by a worker whose spans leave it only when it stops."""
+
+
+@jobs.registry.kind("trace_lost", queue=LOST_QUEUE, payload=TEXT)
+def lost(ctx: JobContext, *, text: str) -> dict[str, object]:
+    """Run the first attempt until its worker is killed; complete the next one."""
+    while ctx.attempt == 1:
+        ctx.check_cancelled()
+        time.sleep(0.05)
+    return {"attempt": ctx.attempt}
 
 
 @jobs.registry.workflow("trace_flow", payload=TEXT)
