@@ -6,7 +6,8 @@ returns at once: no span, no context, no message option. Once on:
 
 - a submit is a ``tenure.job.submit`` span (:func:`jobs.submit`), and every message the job layer writes
   while a span is current carries that span's W3C context in its :data:`TRACE_OPTION` option (through the
-  outbox too: the option is part of the encoded message);
+  outbox too: the option is part of the encoded message); the submit's context is also kept on the job's
+  row (``jobs.trace_context``), for a message written outside any span (recovery of a lost worker's job);
 - a worker continues the trace of each job message it takes (:mod:`jobs.execution.tracing`), so the claim,
   the actor's run and the transaction recording the outcome are spans of the submit's trace; a retry's or a
   workflow step's message is written inside such a span, so later attempts and steps join the same trace.

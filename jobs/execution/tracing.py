@@ -5,7 +5,7 @@ starts, as a child of the span that wrote the message, before the job middleware
 is current in the worker thread until the message was processed or skipped. The claim
 (:mod:`~jobs.execution.claimer`), the run (:mod:`~jobs.execution.runner`) and the recording of the outcome
 (:mod:`~jobs.execution.completer`) are its children. A message without a context (written while tracing
-was off, or by a recovery outside any trace) starts a trace of its own.
+was off) starts a trace of its own.
 
 Worker processes end with ``os._exit`` (multiprocessing's fork), which skips ``atexit``: so the provider's
 pending spans are flushed at worker shutdown here.

@@ -31,7 +31,8 @@ def test_tracing_is_off_by_default_no_provider_no_span_no_message_option() -> No
     local = TracerProvider()
     with local.get_tracer("test").start_as_current_span("caller"), tracing.span("tenure.job.submit") as span:
         assert span is None
-        options = job_message("job-1", "some_kind", "default").options
+        options = job_message("job-1", "some_kind", "default", trace_context='{"traceparent": "00-x-y-01"}').options
+        assert tracing.stored_context() is None  # a new job's row keeps no context either
     assert tracing.TRACE_OPTION not in options
     assert Settings.from_env({"TENURE_TRACING": "on"}).tracing is True
 
