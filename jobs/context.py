@@ -22,7 +22,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine
 from sqlalchemy.orm import Session
 
-from . import db, events, store
+from . import db, events, store, tracing
 from .errors import JobCancelled, JobTimeout, StaleAttempt
 from .execution.completer import InlineCompleter
 from .group_commit import hot_write
@@ -262,6 +262,12 @@ class JobContext:
           JobCancelled: A cancel request committed first; nothing was written.
           JobTimeout: The attempt's time ran out before the commit.
         """
+        span = tracing.span("tenure.job.result_transaction", self.job_id, self.kind, attempt=self.attempt)
+        with span, self._result_transaction() as rtx:
+            yield rtx
+
+    @contextmanager
+    def _result_transaction(self) -> Iterator[ResultTransaction]:
         with self._critical():
             if not self.flush_progress():
                 raise self._stale("result_transaction")

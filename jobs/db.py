@@ -21,7 +21,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Connection, Engine, create_engine, event
+import sqlalchemy
+from sqlalchemy import Connection, Engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
@@ -74,6 +75,9 @@ def make_engine(
     """
     url = normalize_url(url)
     u = make_url(url)
+    # ``sqlalchemy.create_engine`` is looked up at each call: OpenTelemetry's SQLAlchemy instrumentation
+    # (``monitoring.tracing``) wraps that module attribute, which a name imported earlier would bypass.
+    create_engine = sqlalchemy.create_engine
     if u.get_backend_name() != "sqlite":
         return create_engine(url, pool_pre_ping=True, **kwargs)
     if not u.database or u.database == ":memory:":

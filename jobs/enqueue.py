@@ -12,7 +12,7 @@ from datetime import timedelta
 from functools import partial
 from typing import Any
 
-from . import db, events, store
+from . import db, events, store, tracing
 from .errors import IdempotencyConflict
 from .lifecycle import lifecycle
 from .publish import publish_in_transaction
@@ -111,6 +111,7 @@ def new_job_row(
         "retry_of_job_id": retry_of_job_id,
         "parent_job_id": parent_job_id,
         "summary": summary,
+        "trace_context": tracing.stored_context(),
     }
 
 

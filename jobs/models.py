@@ -91,6 +91,8 @@ class Job(Base):
     parent_job_id: Mapped[str | None] = mapped_column(String(32), ForeignKey("jobs.id"))
     #: The kind's short description of the job (its folder, its clip window): shown and searched, never the payload.
     summary: Mapped[str | None] = mapped_column(String(200))
+    #: The W3C trace context of the submit's span (JSON), when tracing was on: recovery's messages carry it.
+    trace_context: Mapped[str | None] = mapped_column(Text)
 
     __table_args__ = (
         CheckConstraint(f"status IN ({STATUSES_SQL})", name="status_known"),

@@ -20,7 +20,7 @@ from sqlalchemy import Connection
 
 from broker import SQLiteBroker
 
-from . import store
+from . import store, tracing
 from .registry import ACTOR_TIME_LIMIT_MS
 
 #: Message option carrying the job id (how the middleware recognises a job message).
@@ -28,15 +28,26 @@ JOB_ID_OPTION = "tenure_job_id"
 
 
 def job_message(
-    job_id: str, actor_name: str, queue_name: str, *, priority: int = 0, message_id: str | None = None
+    job_id: str,
+    actor_name: str,
+    queue_name: str,
+    *,
+    priority: int = 0,
+    message_id: str | None = None,
+    trace_context: str | None = None,
 ) -> Message:
     """The Dramatiq message that runs *job_id* (no arguments: the job row holds the payload).
 
-    ``broker_priority`` orders the SQLite broker's claims (higher first); other brokers ignore it.
+    ``broker_priority`` orders the SQLite broker's claims (higher first); other brokers ignore it. When
+    tracing, the current span's trace context rides along (:data:`jobs.tracing.TRACE_OPTION`), else the
+    job's stored *trace_context* (``jobs.trace_context``).
     """
     options: dict[str, Any] = {JOB_ID_OPTION: job_id, "max_retries": 0, "time_limit": ACTOR_TIME_LIMIT_MS}
     if priority:
         options["broker_priority"] = priority
+    trace = tracing.carrier(trace_context)
+    if trace is not None:
+        options[tracing.TRACE_OPTION] = trace
     return Message(
         queue_name=queue_name,
         actor_name=actor_name,
@@ -73,14 +84,17 @@ def publish_in_transaction(
     priority: int,
     delay_ms: int,
     now: int,
+    trace_context: str | None = None,
 ) -> str:
     """Write the job's next message inside the open transaction of *conn*; returns its message id.
+
+    *trace_context*: the job's stored trace context, for a message written outside any span.
 
     Raises:
       dramatiq.errors.QueueNotFound: The SQLite broker has not declared the queue (call
         :func:`prepare_broker` before opening the transaction).
     """
-    message = job_message(job_id, actor_name, queue_name, priority=priority)
+    message = job_message(job_id, actor_name, queue_name, priority=priority, trace_context=trace_context)
     if same_sqlite_file(conn, broker):
         broker.enqueue(message, delay=delay_ms if delay_ms > 0 else None, connection=conn)
     else:

@@ -135,6 +135,8 @@ class ExpiredJob:
     cancel_requested: bool
     #: When the lease ran out (ms epoch).
     lease_expires_at: int
+    #: ``jobs.trace_context``: the submit's trace context (JSON), if it was traced.
+    trace_context: str | None
 
 
 @dataclass(frozen=True)
@@ -198,10 +200,11 @@ def job_insert(conn: Connection, row: dict[str, Any]) -> None:
         _q(
             "INSERT INTO jobs (id, owner_id, kind, actor_name, queue_name, resource_type, resource_id, "
             "idempotency_key, request_digest, payload, config, priority, status, attempt, max_attempts, timeout_s, "
-            "safe_to_rerun, run_after, event_seq, created_at, updated_at, retry_of_job_id, parent_job_id, summary) "
+            "safe_to_rerun, run_after, event_seq, created_at, updated_at, retry_of_job_id, parent_job_id, summary, "
+            "trace_context) "
             "VALUES (:id, :owner_id, :kind, :actor_name, :queue_name, :resource_type, :resource_id, :idempotency_key, "
             ":request_digest, :payload, :config, :priority, 'queued', 0, :max_attempts, :timeout_s, :safe_to_rerun, "
-            ":run_after, 1, :created_at, :created_at, :retry_of_job_id, :parent_job_id, :summary)"
+            ":run_after, 1, :created_at, :created_at, :retry_of_job_id, :parent_job_id, :summary, :trace_context)"
         ),
         row,
     )
@@ -479,8 +482,8 @@ def job_list_expired(
     """
     sql = (
         "SELECT id, owner_id, kind, parent_job_id, actor_name, queue_name, priority, attempt, max_attempts, worker_id, "
-        "safe_to_rerun, cancel_requested_at IS NOT NULL, lease_expires_at FROM jobs WHERE status = 'running' "
-        "AND lease_expires_at < :now"
+        "safe_to_rerun, cancel_requested_at IS NOT NULL, lease_expires_at, trace_context FROM jobs "
+        "WHERE status = 'running' AND lease_expires_at < :now"
     )
     params: dict[str, Any] = {"now": now, "limit": limit}
     if job_id is not None:
@@ -497,7 +500,7 @@ def job_list_expired(
             stmt = stmt.bindparams(bindparam("queues", expanding=True))
         _SQL[sql] = stmt
     rows = conn.execute(stmt, params).fetchall()
-    return [ExpiredJob(*r[:10], bool(r[10]), bool(r[11]), int(r[12])) for r in rows]
+    return [ExpiredJob(*r[:10], bool(r[10]), bool(r[11]), int(r[12]), r[13]) for r in rows]
 
 
 def job_recover_requeue(conn: Connection, job_id: str, attempt: int, worker: str, now: int) -> int | None:

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any
 
+from opentelemetry.trace import SpanKind
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from settings.environment import Settings, current_settings
 
-from . import db, enqueue
+from . import db, enqueue, tracing
 from .errors import PayloadInvalid
 from .publish import prepare_broker
 from .records import JobRecord
@@ -20,6 +22,21 @@ from .registry import registry as default_registry
 from .workflows import submit_workflow_kind
 
 
+def _traced(fn: Callable[..., JobRecord]) -> Callable[..., JobRecord]:
+    """One ``tenure.job.submit`` span per submit: every message written inside it carries its context."""
+
+    @functools.wraps(fn)
+    def traced(target: Engine | Session, *, owner_id: str, kind: str, **kwargs: Any) -> JobRecord:
+        with tracing.span("tenure.job.submit", kind=kind, owner_id=owner_id, span_kind=SpanKind.PRODUCER) as span:
+            job = fn(target, owner_id=owner_id, kind=kind, **kwargs)
+            if span is not None:
+                span.set_attributes({"tenure.job.id": job.id, "tenure.job.created": job.created})
+            return job
+
+    return traced
+
+
+@_traced
 def submit(
     target: Engine | Session,
     *,

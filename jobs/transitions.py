@@ -307,6 +307,7 @@ def recover(tx: Tx, job: store.ExpiredJob, *, now: int, broker: Any) -> str | No
             priority=job.priority,
             delay_ms=0,
             now=now,
+            trace_context=job.trace_context,  # the keeper recovers outside any span: keep the submit's trace
         )
         _tell(tx, "job.retrying", job.id, job.kind, job.attempt, outcome="retrying")
         return "requeued"

@@ -151,6 +151,8 @@ class Settings:
       notify_channels: Path of the notification channels file (``tasks.channels``).
       write_gate_cooldown_s: Time between probes of a degraded output root (``tasks.runtime``).
       ffmpeg / fonts_dir: The ffmpeg binary and extra fonts of the renderer (``tasks.render_clip``).
+      tracing: Record OpenTelemetry traces (``monitoring.tracing``; where they go is the standard
+        ``OTEL_*`` variables' business, read by the OpenTelemetry SDK). Off: no exporter, no network.
       extra: Values added to every job's snapshot (composition roots and tests; no variable).
     """
 
@@ -222,6 +224,7 @@ class Settings:
     )
     ffmpeg: str | None = field(default=None, metadata=_var("TENURE_FFMPEG", "program"))
     fonts_dir: str | None = field(default=None, metadata=_var("TENURE_FONTS_DIR", "dir"))
+    tracing: bool = field(default=False, metadata=_var("TENURE_TRACING", "bool"))
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod

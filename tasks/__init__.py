@@ -5,7 +5,8 @@ modules declare their job kinds in the job layer's registry, nothing more. A pro
 by calling :func:`compose` — ``tenure worker tasks:compose`` and ``periodiq tasks:compose`` name it as
 their broker argument (Dramatiq calls it, then uses the broker it set), the web app calls it at start.
 It reads :class:`settings.environment.Settings` from the ``TENURE_*`` environment once, builds the
-broker (``TENURE_BROKER_URL``: the SQLite file by default, Redis or RabbitMQ for a fleet), installs the
+broker (``TENURE_BROKER_URL``: the SQLite file by default, Redis or RabbitMQ for a fleet), turns tracing on
+when ``TENURE_TRACING`` says so (:mod:`monitoring.tracing`), installs the
 middleware in the order that matters — the job binding first, schedules before any periodic actor is
 declared, metrics last — and declares every kind's actor and the resync on that broker.
 """
@@ -21,6 +22,7 @@ import jobs
 from broker import SQLiteBroker, make_broker
 from jobs.execution.binding import JobMiddleware
 from monitoring.middleware import MetricsMiddleware
+from monitoring.tracing import configure_tracing
 from settings.environment import Settings, set_current_settings
 
 from . import import_recording, maintenance, notify, pipeline, render_clip, transcribe
@@ -65,6 +67,7 @@ def compose(settings: Settings | None = None) -> Composition:
         return _composed
     settings = settings or Settings.from_env()
     set_current_settings(settings)
+    configure_tracing(settings)  # before any engine is made: the SQLAlchemy instrumentation wraps their creation
     broker = build_broker(settings)
     dramatiq.set_broker(broker)
     if not isinstance(broker, SQLiteBroker):

@@ -126,6 +126,9 @@ def _build_services(app: Flask):  # type: ignore[no-untyped-def]
         from settings.environment import Settings
 
         settings = Settings.from_env()
+    from .tracing import trace_requests
+
+    trace_requests(app, settings)
     engine = cfg.get("TENURE_ENGINE")
     if engine is None:
         from jobs import check_database_at_head, make_engine

@@ -32,6 +32,7 @@ from .claimer import Claimer
 from .completer import BatchCompleter, retrying
 from .keeper import LeaseKeeper
 from .runner import Runner
+from .tracing import TracingMiddleware
 from .worker import WorkerState
 
 logger = logging.getLogger(__name__)
@@ -158,12 +159,14 @@ class JobMiddleware(Middleware):
 
 
 def install(broker: Broker, settings: Settings | None = None, **kwargs: Any) -> JobMiddleware:
-    """Add a :class:`JobMiddleware` to *broker*, first in line so it claims before anything else runs.
+    """Add a :class:`JobMiddleware` to *broker*, first in line so it claims before anything else runs,
+    behind only a :class:`~jobs.execution.tracing.TracingMiddleware` (whose span the claim is part of).
 
     Returns:
       The middleware.
     """
     mw = JobMiddleware(settings, **kwargs)
-    first = type(broker.middleware[0]) if broker.middleware else None
-    broker.add_middleware(mw, before=first) if first is not None else broker.add_middleware(mw)
+    for added in (mw, TracingMiddleware()):
+        first = type(broker.middleware[0]) if broker.middleware else None
+        broker.add_middleware(added, before=first) if first is not None else broker.add_middleware(added)
     return mw

@@ -16,7 +16,7 @@ from typing import Any
 
 from dramatiq.broker import Broker
 
-from .. import db, store, transitions
+from .. import db, store, tracing, transitions
 from ..context import JobContext
 from ..group_commit import hot_write
 from ..lifecycle import AfterCommitBuffer
@@ -34,6 +34,15 @@ class Claimer:
     def claim(self, broker: Broker, job_id: str, queue_name: str | None = None) -> JobContext | None:
         """Claim *job_id* for this worker; its running context, or None when it is not claimable (a
         duplicate delivery, cancelled, finished, or running under another worker's live lease)."""
+        with tracing.span("tenure.job.claim", job_id, queue=queue_name) as span:
+            ctx = self._claim(broker, job_id, queue_name)
+            if span is not None:
+                span.set_attribute("tenure.job.claimed", ctx is not None)
+                if ctx is not None:
+                    span.set_attributes(tracing.job_attributes(kind=ctx.kind, attempt=ctx.attempt))
+            return ctx
+
+    def _claim(self, broker: Broker, job_id: str, queue_name: str | None) -> JobContext | None:
         worker = self.worker
         prepare_broker(broker)
         worker_id, lease_ms = worker.worker_id, worker.lease_ttl_ms

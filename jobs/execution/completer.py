@@ -29,7 +29,7 @@ from typing import Any, Protocol, TypeVar
 from dramatiq.errors import ConnectionClosed
 from sqlalchemy.exc import OperationalError
 
-from .. import attempts, db, store, transitions
+from .. import attempts, db, store, tracing, transitions
 from ..group_commit import hot_write
 from ..lifecycle import AfterCommitBuffer, lifecycle
 from ..publish import prepare_broker
@@ -199,13 +199,16 @@ class _AckCompletion:
     """One success recorded in its message's ack transaction: ``completion(conn)`` alone, or with the
     others of its ack batch through :func:`_complete_batch` (the ``batch`` attribute)."""
 
-    __slots__ = ("ctx", "result", "message", "pending")
+    __slots__ = ("ctx", "result", "message", "pending", "span")
 
     def __init__(self, ctx: Finishing, result: str | None, message: str | None) -> None:
         self.ctx = ctx
         self.result = result
         self.message = message
         self.pending = AfterCommitBuffer()
+        a = ctx.execution
+        # From the hand-off to the ack writer until the ack batch holding the success committed.
+        self.span = tracing.start("tenure.job.commit", a.job_id, a.kind, a.attempt)
 
     def tx(self, conn: sqlite3.Connection) -> db.Tx:
         self.pending = AfterCommitBuffer()  # a batch run again (database unavailable) starts afresh
@@ -217,9 +220,12 @@ class _AckCompletion:
 
     def after(self, final: Final) -> Callable[[], None]:
         """What runs once the ack batch committed: the transitions' after-commit work, then the attempt's state."""
-        ctx, pending = self.ctx, self.pending
+        ctx, pending, span = self.ctx, self.pending, self.span
 
         def run() -> None:
+            if span is not None:
+                span.set_attribute("tenure.job.final", final)
+                span.end()
             pending.run()
             if final == "stale":
                 ctx._stale("outcome ok")

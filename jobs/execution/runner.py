@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 
-from .. import db, exit_store, store
+from .. import db, exit_store, store, tracing
 from ..context import JobContext, TimeoutInterrupt
 from ..errors import JobCancelled, JobTimeout, StaleAttempt, public_error
 from ..lifecycle import lifecycle
@@ -33,7 +33,12 @@ class Runner:
         """Run the claimed attempt *ctx* in this thread and record its outcome."""
         self.worker.track(ctx)
         try:
-            outcome = _outcome(ctx, ctx._kind)  # type: ignore[attr-defined]
+            with tracing.span("tenure.job.run", ctx.job_id, ctx.kind, attempt=ctx.attempt) as span:
+                outcome = _outcome(ctx, ctx._kind)  # type: ignore[attr-defined]
+                if span is not None and outcome is not None:
+                    span.set_attribute("tenure.job.outcome", type(outcome).__name__.lower())
+                    if isinstance(outcome, Failed | Retry):
+                        tracing.failed(span, type(outcome).__name__.lower())
             if outcome is not None:
                 self.record(ctx, outcome)
         finally:
@@ -62,7 +67,10 @@ class Runner:
             return
         ctx.finishing = True
         try:
-            final = self.completer.finish(ctx, outcome, broker=self.worker.broker or ctx._broker)
+            with tracing.span("tenure.job.complete", ctx.job_id, ctx.kind, attempt=ctx.attempt) as span:
+                final = self.completer.finish(ctx, outcome, broker=self.worker.broker or ctx._broker)
+                if span is not None:
+                    span.set_attribute("tenure.job.final", final)
         except Exception:
             logger.exception(
                 "Could not record the outcome of job %s attempt %d; recovery will handle it when its lease expires.",
