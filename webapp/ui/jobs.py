@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from flask import flash, g, redirect, render_template, request, send_file, url_for
+from flask import flash, g, make_response, redirect, render_template, request, send_file, session, url_for
 
 import accounts
 
@@ -294,20 +294,30 @@ def _attach_errors(form: Any, exc: ApiError) -> None:
         form.form_errors.append(exc.message)
 
 
+#: Session key holding a just-created token's secret until the page after the redirect shows it.
+NEW_TOKEN_KEY = "new_token"
+
+
 @bp.route("/tokens", methods=["GET", "POST"])
 def tokens():
     form = TokenForm()
-    new_secret = None
     if form.validate_on_submit():
-        _, new_secret = accounts.create_token(services().engine, g.identity.user.id, form.name.data)
-        form = TokenForm(formdata=None)
-    return render_template(
-        "tokens.html",
-        tokens=accounts.list_tokens(services().engine, g.identity.user.id),
-        form=form,
-        revoke_form=EmptyForm(),
-        new_secret=new_secret,
+        _, secret = accounts.create_token(services().engine, g.identity.user.id, form.name.data)
+        # Post/Redirect/Get: reloading the page that shows the secret must not post the form again (a
+        # second token). The secret rides the session to the next GET only, which pops it.
+        session[NEW_TOKEN_KEY] = secret
+        return redirect(url_for("ui.tokens"), code=303)
+    response = make_response(
+        render_template(
+            "tokens.html",
+            tokens=accounts.list_tokens(services().engine, g.identity.user.id),
+            form=form,
+            revoke_form=EmptyForm(),
+            new_secret=session.pop(NEW_TOKEN_KEY, None) if request.method == "GET" else None,
+        )
     )
+    response.headers["Cache-Control"] = "no-store"  # the back button must not show a secret again
+    return response
 
 
 @bp.route("/tokens/<int:token_id>/revoke", methods=["POST"])
