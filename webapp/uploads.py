@@ -5,8 +5,9 @@ hidden), an allowed extension (``.flv``, ``.mp4``, ``.xml``), a size within ``UP
 total, the format's signature (``FLV`` header, an MP4 ``ftyp`` box, XML without a DOCTYPE — entity
 expansion is refused), no duplicate names and at least one video segment. Only then are the files
 written to ``<output_root>/uploads/<owner>/<random id>/`` (through a hidden temporary folder renamed
-into place, so a half-written upload is never visible), and the folder is what an
-``import_recording`` payload names: ``{"folder": …}``.
+into place, so a half-written upload is never visible). Answers never carry that server path: an
+``import_recording`` payload names the upload by its reference, ``{"folder": "upload:<id>"}``, which
+the actor resolves among the job owner's uploads (``jobs.uploads``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 
 from flask import current_app, request
 
-from jobs.uploads import uploads_dir
+from jobs.uploads import upload_reference, uploads_dir
 
 from .errors import ApiError, Invalid
 
@@ -45,11 +46,15 @@ class PayloadTooLarge(ApiError):
 
 @dataclass(frozen=True)
 class Upload:
-    """A stored upload: its id, folder and file paths."""
+    """A stored upload: its id and file names (its folder stays on the server)."""
 
     id: str
-    folder: Path
-    files: tuple[Path, ...]
+    files: tuple[str, ...]
+
+    @property
+    def reference(self) -> str:
+        """What an ``import_recording`` payload's ``folder`` says to import this upload."""
+        return upload_reference(self.id)
 
 
 def upload_max_bytes() -> int:
@@ -160,4 +165,4 @@ def store(output_root: Path, owner_id: str, files: list[Any], max_bytes: int) ->
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return Upload(upload_id, final.resolve(), tuple(final.resolve() / n for n, _ in checked))
+    return Upload(upload_id, tuple(name for name, _ in checked))

@@ -213,7 +213,7 @@ class Uploads(MethodView):
         upload = store_upload(services().output_root, identity.user.owner_id, parts, upload_max_bytes())
         return {
             "upload_id": upload.id,
-            "folder": str(upload.folder),
-            "files": [str(f) for f in upload.files],
-            "payload": {"folder": str(upload.folder)},
+            "folder": upload.reference,
+            "files": list(upload.files),
+            "payload": {"folder": upload.reference},
         }

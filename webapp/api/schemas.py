@@ -426,6 +426,8 @@ class UploadSchema(ma.Schema):
     """A stored upload: pass ``payload`` as an ``import_recording`` job's payload."""
 
     upload_id = fields.String(required=True)
-    folder = fields.String(required=True)
-    files = fields.List(fields.String(), required=True)
+    folder = fields.String(
+        required=True, metadata={"description": "the upload's reference, `upload:<upload_id>` (no server path)"}
+    )
+    files = fields.List(fields.String(), required=True, metadata={"description": "the stored file names"})
     payload = fields.Dict(required=True, metadata={"description": '{"folder": <folder>} for import_recording'})

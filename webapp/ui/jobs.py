@@ -259,7 +259,7 @@ def submit(kind_name: str):
                     except (Invalid, PayloadTooLarge) as exc:
                         raise UploadRejected(exc) from None
                     payload = {k: v for k, v in payload.items() if k not in ("folder", "files")}
-                    payload["folder"] = str(upload.folder)
+                    payload["folder"] = upload.reference
                 record, created = services().jobs.submit(
                     owner_id=g.identity.user.owner_id,
                     kind=kind.name,
