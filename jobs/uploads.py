@@ -13,7 +13,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-
 #: What an upload reference starts with (``upload:<upload id>``).
 UPLOAD_REFERENCE_PREFIX = "upload:"
 _UPLOAD_ID = re.compile(r"[0-9a-f]{32}")

@@ -20,7 +20,12 @@ def test_a_process_refuses_to_start_with_the_sqlite_broker_beside_postgresql() -
     }
     # When a tenure command starts
     done = subprocess.run(
-        [sys.executable, "-m", "tenure_cli", "db", "check"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "tenure_cli", "db", "check"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     # Then it exits 2 before touching either, saying why and what to use
     assert done.returncode == 2, (done.stdout, done.stderr)
