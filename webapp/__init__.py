@@ -73,9 +73,11 @@ def create_app(test_config: dict[str, Any] | None = None) -> Flask:
 
         app.config["SECRET_KEY"] = secret_key_from(os.environ, Path(app.config.get("TENURE_VAR_DIR", "var")))
 
+    from .request_bodies import read_chunked_body
     from .uploads import allow_upload_bodies
 
     app.before_request(allow_upload_bodies)  # before CSRF reads the form: it sets this request's size limit
+    app.before_request(read_chunked_body)  # then a body without Content-Length is held to that limit
     login_manager.init_app(app)
     csrf.init_app(app)
 

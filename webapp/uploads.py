@@ -23,7 +23,7 @@ from flask import current_app, request
 
 from jobs.uploads import upload_reference, uploads_dir
 
-from .errors import ApiError, Invalid
+from .errors import Invalid, PayloadTooLarge
 
 #: Allowed extensions.
 EXTENSIONS = frozenset({".flv", ".mp4", ".xml"})
@@ -38,10 +38,8 @@ UPLOAD_KIND = "import_recording"
 _MP4_BOXES = (b"ftyp", b"styp")
 
 
-class PayloadTooLarge(ApiError):
+class UploadTooLarge(PayloadTooLarge):
     """The upload exceeds ``UPLOAD_MAX_BYTES``."""
-
-    status, code = 413, "payload_too_large"
 
 
 @dataclass(frozen=True)
@@ -78,7 +76,7 @@ def allow_upload_bodies() -> None:
         return
     limit = upload_max_bytes()
     if request.content_length is not None and request.content_length > limit + MULTIPART_OVERHEAD:
-        raise PayloadTooLarge(f"The upload exceeds {limit} bytes.")
+        raise UploadTooLarge(f"The upload exceeds {limit} bytes.")
     request.max_content_length = limit + MULTIPART_OVERHEAD
 
 
@@ -110,7 +108,7 @@ def _signature_ok(ext: str, head: bytes) -> bool:
 
 
 def validate(files: list[Any], max_bytes: int) -> list[tuple[str, Any]]:
-    """``(name, stream)`` per file when every check passes; raises :class:`Invalid`/:class:`PayloadTooLarge`."""
+    """``(name, stream)`` per file when every check passes; raises :class:`Invalid`/:class:`UploadTooLarge`."""
     if not files:
         raise Invalid("No files uploaded.", details={"files": ["Upload at least one .flv or .mp4 segment."]})
     if len(files) > MAX_FILES:
@@ -132,7 +130,7 @@ def validate(files: list[Any], max_bytes: int) -> list[tuple[str, Any]]:
         size = _size(stream)
         total += size
         if total > max_bytes:
-            raise PayloadTooLarge(f"The upload exceeds {max_bytes} bytes.")
+            raise UploadTooLarge(f"The upload exceeds {max_bytes} bytes.")
         head = stream.read(4096 if ext == ".xml" else 16)
         stream.seek(0)
         if size == 0 or not _signature_ok(ext, head):

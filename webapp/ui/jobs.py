@@ -13,7 +13,7 @@ from ..bulk import bulk_apply
 from ..errors import ApiError, Conflict, Invalid, JobNotFoundError
 from ..gateway import STATUSES, JobQuery
 from ..services import services
-from ..uploads import UPLOAD_KIND, PayloadTooLarge, upload_max_bytes
+from ..uploads import UPLOAD_KIND, UploadTooLarge, upload_max_bytes
 from ..uploads import store as store_upload
 from .blueprint import PAGE_SIZE, bp
 from .forms import EmptyForm, TokenForm, payload_from, submit_form_for
@@ -256,7 +256,7 @@ def submit(kind_name: str):
                         upload = store_upload(
                             services().output_root, g.identity.user.owner_id, uploaded, upload_max_bytes()
                         )
-                    except (Invalid, PayloadTooLarge) as exc:
+                    except (Invalid, UploadTooLarge) as exc:
                         raise UploadRejected(exc) from None
                     payload = {k: v for k, v in payload.items() if k not in ("folder", "files")}
                     payload["folder"] = upload.reference
