@@ -39,6 +39,8 @@ DEFAULTS: dict[str, Any] = {
     "LIVE_POLL_S": 0.5,
     "LIVE_MAX_BACKLOG": 1000,
     "LIVE_RETRY_AFTER_S": 5,
+    #: How long a WebSocket client has to send its first message (the cursor) before it is closed.
+    "LIVE_SUBSCRIBE_TIMEOUT_S": 10.0,
     "SOCK_SERVER_OPTIONS": {"ping_interval": 25, "max_message_size": 65536},
     #: Origins (scheme://host[:port]) allowed to open the live feed with a session cookie, besides this host.
     "ALLOWED_ORIGINS": (),
