@@ -88,7 +88,7 @@ def test_admin_sees_all_and_filters_by_owner(client, alice, bob, root):  # type:
     b = _submit(client, bob).json["id"]
     everything = {j["id"] for j in client.get("/api/v1/jobs", headers=root.bearer).json["items"]}
     assert {a, b} <= everything
-    only_bob = client.get(f"/api/v1/jobs?owner={bob.user.owner_id}", headers=root.bearer).json["items"]
+    only_bob = client.get(f"/api/v1/jobs?owner={bob.user.username}", headers=root.bearer).json["items"]
     assert [j["id"] for j in only_bob] == [b]
     assert client.get(f"/api/v1/jobs/{a}", headers=root.bearer).status_code == 200
 

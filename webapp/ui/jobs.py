@@ -12,6 +12,7 @@ import accounts
 from ..bulk import bulk_apply
 from ..errors import ApiError, Conflict, Invalid, JobNotFoundError
 from ..gateway import STATUSES, JobQuery
+from ..owners import owner_filter
 from ..services import services
 from ..uploads import UPLOAD_KIND, UploadTooLarge, upload_max_bytes
 from ..uploads import store as store_upload
@@ -30,15 +31,12 @@ def _filters(args: Any = None) -> tuple[JobQuery, dict[str, Any]]:
     created_after = _parse_dt(args.get("created_after"))
     created_before = _parse_dt(args.get("created_before"))
     owner = (args.get("owner") or "").strip()[:100] if g.identity.is_admin else ""
-    owner_id = owner
-    if owner:  # admins may type a user name; jobs carry the user's id
-        named = accounts.get_user_by_name(services().engine, owner)
-        owner_id = named.owner_id if named else owner
+    owner_id = owner_filter(owner) if owner else None  # admins type a user name; jobs carry the user's id
     query = JobQuery(
         statuses=statuses,
         kind=(args.get("kind") or "").strip()[:100] or None,
         queue=(args.get("queue") or "").strip()[:100] or None,
-        owner_id=owner_id or None,
+        owner_id=owner_id,
         created_after=created_after,
         created_before=created_before,
         search=(args.get("q") or "").strip()[:200] or None,

@@ -247,8 +247,9 @@ def test_jobs_list_show_and_events_as_tables_and_json(deployment: Deployment) ->
     older = deployment.run_json("jobs", "list", "--kind", "cli_echo", "--created-before", newest, who="ursula")
     assert [j["id"] for j in older] == ids[-2::-1]
     # Admins see every owner's jobs and may filter by owner; a user may not (403: exit 1).
-    owner = listed[0]["owner_id"]
-    assert {j["owner_id"] for j in deployment.run_json("jobs", "list", "--owner", owner, "--all")} == {owner}
+    owner = listed[0]["owner"]
+    assert owner == "ursula"  # the user name, never the internal owner id
+    assert {j["owner"] for j in deployment.run_json("jobs", "list", "--owner", owner, "--all")} == {owner}
     refused = deployment.run("jobs", "list", "--owner", owner, who="ursula", expect=1)
     assert refused.stderr == "tenure: Only admins may filter by owner.\n"
 
