@@ -307,3 +307,17 @@ def test_cursor_resumes_on_another_app_instance(app_config, database_path, drive
             thread.join(5)
         for engine in engines:
             engine.dispose()
+
+
+def test_the_cli_client_resumes_with_last_event_id(server, driver, alice) -> None:  # type: ignore[no-untyped-def]
+    from tenure_cli.remote import Remote
+
+    jobs = [_submit(driver, alice, str(i)).id for i in range(3)]
+    remote = Remote(f"http://{server}", alice.token)
+    try:
+        with remote.live(cursor="1") as feed:  # the header, never ?cursor= (which the feed refuses)
+            messages = iter(feed)
+            assert next(messages)["type"] == "hello"
+            assert [next(messages)["job_id"] for _ in range(2)] == jobs[1:]
+    finally:
+        remote.client.close()
