@@ -539,6 +539,7 @@ def test_a_follow_beyond_the_users_live_connections_is_refused_with_exit_1(deplo
             ws = feeds.enter_context(
                 connect(url, additional_headers={"Authorization": f"Bearer {deployment.tokens['bob']}"})
             )
+            ws.send(json.dumps({"cursor": None}))  # the first message says where to start: from now
             assert json.loads(ws.recv(timeout=10))["type"] == "hello"
         # Refused before the job is read: the API's 429, not the 404 this id would get.
         refused = deployment.run("jobs", "events", "0" * 32, "--follow", who="bob", expect=1)
