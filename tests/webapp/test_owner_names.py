@@ -71,6 +71,16 @@ def test_the_timeline_names_who_acted(client, alice, root, driver):  # type: ign
 
     assert by(queued) == [("status", "root")]  # cancelled by the admin, shown by name
     assert by(running) == [("cancel_requested", "alice")]
+    body = {"kind": "echo", "payload": {"text": "later"}, "delay_s": 600}
+    delayed = client.post("/api/v1/jobs", json=body, headers=alice.bearer).json["id"]
+    assert client.post(f"/api/v1/jobs/{delayed}/run-now", headers=root.bearer).status_code == 200
+    assert by(delayed) == [("run_now", "root")]
+
+
+def test_an_owner_that_is_no_user_shows_and_filters_as_recorded(client, root, driver):  # type: ignore[no-untyped-def]
+    job = driver.submit("scheduler").id  # what a schedule's jobs carry by default
+    listed = client.get("/api/v1/jobs?owner=scheduler", headers=root.bearer).json["items"]
+    assert [(j["id"], j["owner"]) for j in listed] == [(job, "scheduler")]
 
 
 def test_the_openapi_document_has_owner_names(client, alice):  # type: ignore[no-untyped-def]
