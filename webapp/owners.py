@@ -3,11 +3,13 @@
 Job records carry owner ids, and so do the timeline's ``by`` and the schedules' ``paused_by`` /
 ``fired_by``. The API and the UI show user names instead (an owner that is no user, such as a
 schedule's ``scheduler``, shows as recorded), and filters take names: :func:`owner_name` and
-:func:`owner_filter` are the one translation both use. Names are looked up once per request and owner.
+:func:`owner_filter` are the one translation both use. Names are looked up once per request and owner
+(a page of jobs: in one query, :func:`prefetch_owner_names`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from flask import g
@@ -24,14 +26,25 @@ NOBODY = "-" * (MAX_KEY_CHARS + 1)
 USER_ACTIONS = frozenset({"status", "cancel_requested", "run_now"})
 
 
+def _known() -> dict[str, str]:
+    return g.setdefault("owner_names", {})
+
+
+def prefetch_owner_names(owner_ids: Iterable[str]) -> None:
+    """Look up the names of *owner_ids* in one query (a page of jobs), for :func:`owner_name` to find."""
+    known = _known()
+    wanted = {o for o in owner_ids if o not in known}
+    if wanted:
+        found = accounts.usernames(services().engine, wanted)
+        known.update({o: found.get(o, o) for o in wanted})
+
+
 def owner_name(owner_id: str | None) -> str | None:
     """The user name of *owner_id*, or *owner_id* as recorded when it is no user's."""
     if owner_id is None:
         return None
-    names: dict[str, str] = g.setdefault("owner_names", {})
-    if owner_id not in names:
-        names[owner_id] = accounts.usernames(services().engine, [owner_id]).get(owner_id, owner_id)
-    return names[owner_id]
+    prefetch_owner_names([owner_id])
+    return _known()[owner_id]
 
 
 def owner_filter(name: str) -> str:

@@ -125,3 +125,23 @@ def test_the_ui_timeline_names_who_acted(client, alice, root):  # type: ignore[n
     login(client, alice)
     page = client.get(f"/jobs/{job}").get_data(as_text=True)
     assert "by=root" in page and f"by={root.user.owner_id}" not in page
+
+
+def test_a_page_of_jobs_looks_up_its_owners_names_in_one_query(client, alice, bob, root, web_engine):  # type: ignore[no-untyped-def]
+    from sqlalchemy import event
+
+    for person in (alice, bob, root, alice):
+        _submit(client, person)
+    lookups: list[str] = []
+
+    def count(conn, cursor, statement, *args):  # type: ignore[no-untyped-def]
+        if "users.id IN" in statement:
+            lookups.append(statement)
+
+    event.listen(web_engine, "before_cursor_execute", count)
+    try:
+        items = client.get("/api/v1/jobs", headers=root.bearer).json["items"]
+    finally:
+        event.remove(web_engine, "before_cursor_execute", count)
+    assert sorted(j["owner"] for j in items) == ["alice", "alice", "bob", "root"]
+    assert len(lookups) == 1

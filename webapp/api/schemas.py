@@ -10,7 +10,7 @@ import marshmallow as ma
 from marshmallow import fields, validate
 
 from ..gateway import STATUSES
-from ..owners import event_data, owner_name
+from ..owners import event_data, owner_name, prefetch_owner_names
 from ..uploads import MAX_FILES
 
 ID_MAX = 100
@@ -97,6 +97,12 @@ class JobSchema(ma.Schema):
 
 class JobPageSchema(ma.Schema):
     items = fields.List(fields.Nested(JobSchema), required=True)
+
+    @ma.pre_dump
+    def _owner_names_at_once(self, page, **kwargs):  # type: ignore[no-untyped-def]
+        prefetch_owner_names(job.owner_id for job in page["items"])
+        return page
+
     next_cursor = fields.String(
         allow_none=True, required=True, metadata={"description": "pass as `cursor` for the next page"}
     )

@@ -12,7 +12,7 @@ import accounts
 from ..bulk import bulk_apply
 from ..errors import ApiError, Conflict, Invalid, JobNotFoundError
 from ..gateway import STATUSES, JobQuery
-from ..owners import owner_filter
+from ..owners import owner_filter, prefetch_owner_names
 from ..services import services
 from ..uploads import UPLOAD_KIND, UploadTooLarge, upload_max_bytes
 from ..uploads import store as store_upload
@@ -73,6 +73,8 @@ def jobs():
     query, shown = _filters()
     cursor = request.args.get("cursor") or None
     page = services().jobs.list_jobs(g.identity.scope, query, cursor=cursor, limit=PAGE_SIZE)
+    if g.identity.is_admin:  # the owner column: every name of the page in one query
+        prefetch_owner_names(j.owner_id for j in page.items)
     kinds = services().jobs.kinds()
     template = "_job_table.html" if _is_htmx() else "jobs.html"
     args = {k: v for k, v in request.args.to_dict(flat=False).items() if k != "cursor"}
