@@ -16,6 +16,7 @@ import hashlib
 import hmac
 import re
 import secrets
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -209,6 +210,23 @@ def get_user_by_name(engine: Engine, username: str) -> User | None:
     with _read(engine) as conn:
         row = store.user_get_by_name(conn, username)
     return _public(row) if row else None
+
+
+def owner_id_of(engine: Engine, name: str) -> str | None:
+    """The owner id the jobs of *name* carry: that user's; for a name no user has, the name itself when it
+    can be an owner that is no user (a schedule's ``scheduler``); ``None`` for digits no user is named —
+    owner ids of users are internal, so an id never stands for its user."""
+    user = get_user_by_name(engine, name)
+    if user is not None:
+        return user.owner_id
+    return None if name.isdigit() else name
+
+
+def usernames(engine: Engine, owner_ids: Iterable[str]) -> dict[str, str]:
+    """owner id → user name, for those of *owner_ids* that are users' (others, e.g. ``scheduler``, are absent)."""
+    ids = sorted({int(o) for o in owner_ids if o.isdigit() and len(o) < 19})
+    with _read(engine) as conn:
+        return {str(user_id): name for user_id, name in store.user_names_by_ids(conn, ids).items()}
 
 
 def list_users(engine: Engine) -> list[User]:

@@ -150,6 +150,14 @@ def user_get_by_name(conn: Connection, username: str) -> UserRow | None:
     return _user(row) if row else None
 
 
+def user_names_by_ids(conn: Connection, user_ids: list[int]) -> dict[int, str]:
+    """id → user name of those of *user_ids* that exist (disabled users included)."""
+    if not user_ids:
+        return {}
+    query = select(users.c.id, users.c.username).where(users.c.id.in_(user_ids))
+    return {int(row.id): str(row.username) for row in conn.execute(query)}
+
+
 def user_list(conn: Connection) -> list[UserRow]:
     return [_user(r) for r in conn.execute(select(*_USER_COLS).order_by(users.c.id))]
 

@@ -71,15 +71,26 @@ class SchemaMismatch(JobError):
 #: Longest error text stored on a job.
 MAX_ERROR_CHARS = 500
 
+#: Words naming a secret in ``key=value`` / ``key: value`` text.
+_SECRET_WORD = r"(?:password|passwd|pwd|secret|token|api[_-]?key|apikey|auth|credential|session)"
+
 _SECRET_PATTERNS = [
     (re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}"), r"\1 ***"),
     # credentials inside URLs: scheme://user:password@host
     (re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://)([^/\s:@]+):([^/\s@]+)@"), r"\1\2:***@"),
-    # key=value / key: value pairs whose key names a secret
+    # key=value: an assignment whose key names a secret (PGPASSWORD=…, session=…, auth_token2=…)
+    (
+        re.compile(rf"(?i)\b([\w-]*{_SECRET_WORD}[\w-]*)(\s*=\s*)(\"[^\"]*\"|'[^']*'|[^\s,;&]+)"),
+        r"\1\2***",
+    ),
+    # key: value — also how messages name a thing before saying what is wrong with it
+    # ("session-2026: not a directory", "/etc/passwd: not inside an import root"). So the key is a word
+    # of letters (no digits, not part of a path or file name), and a plain word followed by more text is
+    # the message, not a value; a quoted value, one with digits or symbols, or a last word is masked.
     (
         re.compile(
-            r"(?i)\b([\w-]*(?:password|passwd|pwd|secret|token|api[_-]?key|apikey|auth|credential|session)[\w-]*)"
-            r"(\s*[=:]\s*)(\"[^\"]*\"|'[^']*'|[^\s,;&]+)"
+            rf"(?i)(?<![\w./\\-])([A-Za-z_-]*{_SECRET_WORD}[A-Za-z_-]*)(\s*:\s*)"
+            r"(\"[^\"]*\"|'[^']*'|(?![A-Za-z]+\s+\S)[^\s,;&]+)"
         ),
         r"\1\2***",
     ),

@@ -276,6 +276,13 @@ class Settings:
             broker_url = database_url
         if _scheme(broker_url) not in ("sqlite", "redis", "rediss", "amqp", "amqps"):
             raise SettingsError(f"TENURE_BROKER_URL={broker_url!r}: use sqlite:///…, redis://… or amqp://…")
+        if _scheme(broker_url) == "sqlite" and _scheme(database_url) != "sqlite":
+            # It would run (through the outbox relay), but it keeps every worker on the broker file's
+            # machine and loses the one-transaction enqueue: none of what PostgreSQL is chosen for.
+            raise SettingsError(
+                f"TENURE_BROKER_URL={broker_url!r}: the SQLite broker needs the SQLite job database "
+                "(TENURE_DATABASE_URL is PostgreSQL); use redis://… or amqp://…"
+            )
         # Workers recover expired jobs once per lease unless told otherwise.
         values.setdefault("recovery_interval_s", values.get("job_lease_ttl_s", DEFAULT_JOB_LEASE_TTL_S))
         return cls(database_url=database_url, broker_url=broker_url, **values)

@@ -6,7 +6,9 @@ or any media file the worker can read. Allowed are:
 
 * the folders of ``TENURE_IMPORT_ROOTS`` (``os.pathsep``-separated, relative to the worker's working
   directory; default ``var/recordings``): recordings the operators put there for everyone;
-* the owner's own uploads, ``<output_root>/uploads/<owner_id>/`` (the root snapshotted at submit).
+* the owner's own uploads, ``<output_root>/uploads/<owner_id>/`` (the root snapshotted at submit),
+  which a payload names by reference: ``upload:<upload id>`` (what ``POST /api/v1/uploads`` answers)
+  resolves only inside the job owner's uploads folder (:func:`source_folder`).
 
 Paths are compared after resolving ``..`` and symbolic links, and the answer is the same whether or not
 the path exists, so a refusal tells nothing about the worker's file system.
@@ -19,7 +21,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from jobs import JobContext
-from jobs.uploads import uploads_dir
+from jobs.uploads import upload_folder, uploads_dir
 from settings.environment import current_settings
 
 from .domain.recording.importer import RecordingError
@@ -38,6 +40,20 @@ def import_roots() -> list[Path]:
 def uploads_root(ctx: JobContext) -> Path:
     """The job owner's uploads folder (where ``POST /api/v1/uploads`` stores their files)."""
     return uploads_dir(output_root(ctx), ctx.owner_id).resolve()
+
+
+def source_folder(ctx: JobContext, folder: str) -> str:
+    """The folder to read for a payload's *folder*: an upload reference (``upload:<id>``) becomes that upload's
+    folder among the job owner's uploads; anything else is a path, as given.
+
+    Raises:
+      ImportNotAllowed: A malformed upload reference.
+    """
+    try:
+        resolved = upload_folder(output_root(ctx), ctx.owner_id, folder)
+    except ValueError as exc:
+        raise ImportNotAllowed(str(exc)) from None
+    return folder if resolved is None else str(resolved)
 
 
 def check_readable(ctx: JobContext, paths: Iterable[str]) -> None:

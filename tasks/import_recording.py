@@ -21,7 +21,7 @@ from . import store
 from .domain.control import Cancelled
 from .domain.recording.danmaku import HostileXml
 from .domain.recording.importer import RecordingError, import_recording
-from .import_policy import check_readable
+from .import_policy import check_readable, source_folder
 from .pipeline import PipelineError, check_plan, extend_after_import
 from .runtime import Reporter, hinted_backoff
 
@@ -41,7 +41,7 @@ PAYLOAD = payloads.schema(
     folder=payloads.field(
         "string",
         "Folder",
-        "A recording folder under an import root, or one of your uploads (its segments and danmaku XML).",
+        "A recording folder under an import root, or one of your uploads (upload:<id>, as the upload answered).",
         max_length=4096,
         nullable=True,
     ),
@@ -79,6 +79,8 @@ def import_recording_job(ctx: JobContext, *, folder: str | None = None, files: l
     check_plan(ctx)  # as a pipeline's first step: refuse an impossible plan before any work
     if (folder is None) == (files is None):
         raise RecordingError("give either a folder or a list of files")
+    if folder is not None:
+        folder = source_folder(ctx, folder)
     check_readable(ctx, [folder] if folder is not None else list(files or []))
     source: Path | list[Path] = Path(folder) if folder is not None else [Path(f) for f in files or []]
     reporter = Reporter(ctx, 0.0, 0.95)

@@ -73,7 +73,7 @@ PAYLOAD = payloads.schema(
     folder=payloads.field(
         "string",
         "Folder",
-        "A recording folder under an import root, or one of your uploads.",
+        "A recording folder under an import root, or one of your uploads (upload:<id>).",
         required=True,
         max_length=4096,
     ),

@@ -76,7 +76,7 @@ def add_parsers(sub: Any) -> None:
     listing.add_argument("--status", action="append", help="only this status (repeatable: any of them)")
     listing.add_argument("--kind", help="only this job kind")
     listing.add_argument("--queue", help="only jobs of this queue")
-    listing.add_argument("--owner", help="only this owner's jobs (admins only)")
+    listing.add_argument("--owner", help="only the jobs of this user (a user name; admins only)")
     listing.add_argument("--created-after", metavar="ISO8601", help="created at or after (with offset)")
     listing.add_argument("--created-before", metavar="ISO8601", help="created before (with offset)")
     listing.add_argument("--search", metavar="TEXT", help="text in id, kind, error, progress message, resource")
@@ -173,7 +173,7 @@ JOB_COLUMNS = [
     Column("KIND", lambda j: j["kind"]),
     Column("STATUS", lambda j: j["status"] + (" (cancel requested)" if j.get("cancel_requested") else "")),
     Column("QUEUE", lambda j: j["queue"]),
-    Column("OWNER", lambda j: j["owner_id"]),
+    Column("OWNER", lambda j: j["owner"]),
     Column("ATTEMPT", lambda j: f"{j['attempt']}/{j['max_attempts']}"),
     Column("PROGRESS", lambda j: None if j.get("progress") is None else f"{j['progress']:.0%}"),
     Column("CREATED", lambda j: when(j["created_at"])),
@@ -183,7 +183,7 @@ JOB_FIELDS: list[tuple[str, Callable[[dict[str, Any]], Any]]] = [
     ("kind", lambda j: j["kind"]),
     ("status", lambda j: j["status"]),
     ("queue", lambda j: j["queue"]),
-    ("owner", lambda j: j["owner_id"]),
+    ("owner", lambda j: j["owner"]),
     ("priority", lambda j: j["priority"]),
     ("attempt", lambda j: f"{j['attempt']} of {j['max_attempts']}"),
     ("progress", lambda j: None if j.get("progress") is None else f"{j['progress']:.0%}"),

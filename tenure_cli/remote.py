@@ -181,18 +181,19 @@ class Remote:
                 return
 
     @contextmanager
-    def live(self, cursor: int | None = None) -> Iterator[Iterator[dict[str, Any]]]:
+    def live(self, cursor: str | None = None) -> Iterator[Iterator[dict[str, Any]]]:
         """The live feed over Server-Sent Events (``/api/v1/live.sse``): its messages, in order.
 
         Raises:
           ApiError: The feed was refused (401, 429 …) or the connection was lost.
         """
-        params = {} if cursor is None else {"cursor": str(cursor)}
         timeout = httpx.Timeout(DEFAULT_TIMEOUT_S, read=LIVE_READ_TIMEOUT_S)
         headers = {"Accept": "text/event-stream"}
+        if cursor is not None:
+            headers["Last-Event-ID"] = str(cursor)  # the feed refuses query parameters
         opened = False
         try:
-            with self.client.stream("GET", "/api/v1/live.sse", params=params, headers=headers, timeout=timeout) as r:
+            with self.client.stream("GET", "/api/v1/live.sse", headers=headers, timeout=timeout) as r:
                 if not r.is_success:
                     r.read()
                     raise error_from(r)

@@ -39,6 +39,8 @@ DEFAULTS: dict[str, Any] = {
     "LIVE_POLL_S": 0.5,
     "LIVE_MAX_BACKLOG": 1000,
     "LIVE_RETRY_AFTER_S": 5,
+    #: How long a WebSocket client has to send its first message (the cursor) before it is closed.
+    "LIVE_SUBSCRIBE_TIMEOUT_S": 10.0,
     "SOCK_SERVER_OPTIONS": {"ping_interval": 25, "max_message_size": 65536},
     #: Origins (scheme://host[:port]) allowed to open the live feed with a session cookie, besides this host.
     "ALLOWED_ORIGINS": (),
@@ -73,9 +75,11 @@ def create_app(test_config: dict[str, Any] | None = None) -> Flask:
 
         app.config["SECRET_KEY"] = secret_key_from(os.environ, Path(app.config.get("TENURE_VAR_DIR", "var")))
 
+    from .request_bodies import read_chunked_body
     from .uploads import allow_upload_bodies
 
     app.before_request(allow_upload_bodies)  # before CSRF reads the form: it sets this request's size limit
+    app.before_request(read_chunked_body)  # then a body without Content-Length is held to that limit
     login_manager.init_app(app)
     csrf.init_app(app)
 

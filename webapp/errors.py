@@ -91,6 +91,12 @@ class TooManyRequests(ApiError):
     status, code = 429, "too_many_requests"
 
 
+class PayloadTooLarge(ApiError):
+    """The request body is too large."""
+
+    status, code = 413, "payload_too_large"
+
+
 class Unavailable(ApiError):
     """The service is not ready."""
 

@@ -8,21 +8,28 @@ Both transports serve the same stream (docs/api.md, "Live feed"):
   requested cursor is older than what is retained (``cursor_expired``) or more than
   ``LIVE_MAX_BACKLOG`` notices are pending (``behind``) — the client then re-reads the REST
   snapshot and carries on from the given cursor.
-- Resume: ``?cursor=C`` (WebSocket or SSE) or ``Last-Event-ID: C`` (SSE) continues after C; nothing
-  in between is lost. The cursor in heartbeats advances past notices the caller may not see.
+- Resume: ``Last-Event-ID: C`` (SSE) or a first WebSocket message ``{"cursor": "C"}`` continues after
+  C; nothing in between is lost. A WebSocket client always sends that first message (``{"cursor":
+  null}`` to start from now) within ``LIVE_SUBSCRIBE_TIMEOUT_S``; the feed answers ``hello`` only
+  then. Query parameters are refused (400): a cursor, like any credential, never travels in the URL.
+  The cursor in heartbeats advances past notices the caller may not see.
   Cursors are the job layer's change cursors (opaque tokens: ``123`` on SQLite, ``xid.id`` on
   PostgreSQL), valid in every web process on every host. Progress notices (progress writes no
   event) are best-effort: they carry the current cursor and are not replayed.
-- Everything is decided BEFORE the upgrade, as plain HTTP: 401 without valid credentials, 403 for a
-  cookie session from a foreign ``Origin`` (CSRF tokens do not cover WebSocket handshakes), 429 with
-  ``Retry-After`` when the process (``LIVE_MAX_CONNECTIONS``) or the identity
-  (``LIVE_MAX_PER_IDENTITY``) has no free slot.
+- Everything but the WebSocket's cursor is decided BEFORE the upgrade, as plain HTTP: 400 for a
+  query string, 401 without valid credentials, 403 for a cookie session from a foreign ``Origin``
+  (CSRF tokens do not cover WebSocket handshakes), 429 with ``Retry-After`` when the process
+  (``LIVE_MAX_CONNECTIONS``) or the identity (``LIVE_MAX_PER_IDENTITY``) has no free slot. A first
+  WebSocket message that is no ``{"cursor": …}`` object (or none in time) gets an ``error`` message
+  {code, message} and the close code 1008.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+import socket
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -30,9 +37,10 @@ from typing import Any
 
 from flask import Blueprint, Response, current_app, g, request, stream_with_context
 from flask_sock import Sock
+from simple_websocket import Server as WebSocketServer
 
 from .auth import origin_allowed, resolve_identity
-from .errors import Forbidden, Invalid, TooManyRequests, Unauthorized
+from .errors import ApiError, Forbidden, Invalid, TooManyRequests, Unauthorized
 from .gateway import CursorExpired
 from .jobs_adapter import JobLayerGateway
 from .services import services
@@ -114,28 +122,34 @@ class Feed:
 
 
 _CURSOR = re.compile(r"\d{1,19}(\.\d{1,19})?")
+#: WebSocket close code for a first message the feed cannot take (RFC 6455: policy violation).
+CLOSE_POLICY_VIOLATION = 1008
 
 
-def _parse_cursor() -> str | None:
-    raw = request.args.get("cursor")
-    if raw is None:
-        raw = request.headers.get("Last-Event-ID")
+def _parse_cursor(raw: Any) -> str | None:
+    """A resume cursor as the client gave it (``None``/``""``: from now); raises :class:`Invalid`."""
     if raw is None or raw == "":
         return None
-    if not _CURSOR.fullmatch(raw):
+    if not isinstance(raw, str) or not _CURSOR.fullmatch(raw):
         raise Invalid("cursor must be a cursor the feed sent (digits, or digits.digits).")
     return raw
 
 
 @bp.before_request
 def _admit() -> None:
-    """Authenticate, check Origin and take a connection slot — all before any upgrade."""
+    """Refuse query parameters, authenticate, check Origin and take a connection slot — all before any upgrade."""
+    if request.query_string:
+        raise ApiError(
+            "The live feed takes no query parameters: resume with the Last-Event-ID header (SSE) "
+            'or the first WebSocket message {"cursor": …}.'
+        )
     identity = resolve_identity()
     if identity is None:
         raise Unauthorized()
     if identity.via == "session" and not origin_allowed():
         raise Forbidden("Origin not allowed.")
-    g.live_cursor = _parse_cursor()
+    if request.endpoint == "live.live_sse":
+        g.live_cursor = _parse_cursor(request.headers.get("Last-Event-ID"))
     if not services().feed_limits.acquire(identity.key):
         retry_after = str(int(current_app.config["LIVE_RETRY_AFTER_S"]))
         raise TooManyRequests("Too many live connections.", headers={"Retry-After": retry_after})
@@ -150,19 +164,52 @@ def _release(_exc: BaseException | None) -> None:
         services().feed_limits.release(slot)
 
 
-def _feed() -> Feed:
+def _feed(cursor: str | None) -> Feed:
     return Feed(
         gateway=services().jobs,
         scope=g.identity.scope,
-        cursor=g.live_cursor,
+        cursor=cursor,
         max_backlog=int(current_app.config["LIVE_MAX_BACKLOG"]),
     )
 
 
+def _first_message_cursor(ws: Any) -> str | None:
+    """The cursor of the client's first WebSocket message ``{"cursor": C | null}``; raises :class:`Invalid`."""
+    raw = ws.receive(timeout=float(current_app.config["LIVE_SUBSCRIBE_TIMEOUT_S"]))
+    if raw is None:
+        raise Invalid('Send {"cursor": <the last cursor you saw, or null>} as the first message.')
+    try:
+        message = json.loads(raw)
+    except (TypeError, ValueError):
+        message = None
+    if not isinstance(message, dict):
+        raise Invalid('The first message must be a JSON object {"cursor": <cursor or null>}.')
+    return _parse_cursor(message.get("cursor"))
+
+
+def _close(ws: WebSocketServer, code: int, message: str) -> None:
+    """Send the close frame, then end the TCP connection as well.
+
+    ``Server.close()`` closes the socket while simple-websocket's reader thread is blocked in ``recv`` on
+    it; on Linux that neither wakes the thread nor sends FIN, so a client that answered the close frame
+    waits for a TCP close that never comes (seen as a refused subscriber hanging in CLOSING). A shutdown
+    wakes the reader and sends FIN."""
+    super(WebSocketServer, ws).close(reason=code, message=message)  # the frame, without closing the socket
+    with contextlib.suppress(OSError):
+        ws.sock.shutdown(socket.SHUT_RDWR)
+    ws.sock.close()
+
+
 @sock.route("/live", bp=bp)
 def live_ws(ws: Any) -> None:
-    """WebSocket transport: JSON text frames; client frames are ignored (the cursor travels in the URL)."""
-    feed = _feed()
+    """WebSocket transport: JSON text frames. The client's first frame carries the cursor; later ones are ignored."""
+    try:
+        cursor = _first_message_cursor(ws)
+    except Invalid as exc:
+        ws.send(json.dumps({"type": "error", "code": exc.code, "message": exc.message}))
+        _close(ws, CLOSE_POLICY_VIOLATION, exc.message[:120])
+        return
+    feed = _feed(cursor)
     poll_s = float(current_app.config["LIVE_POLL_S"])
     beat_s = float(current_app.config["LIVE_HEARTBEAT_S"])
     for message in feed.start():
@@ -186,7 +233,7 @@ def _sse(message: dict[str, Any]) -> str:
 @bp.route("/live.sse")
 def live_sse() -> Response:
     """Server-Sent Events transport (``curl -N``, ``EventSource``); resumes from ``Last-Event-ID``."""
-    feed = _feed()
+    feed = _feed(g.live_cursor)
     poll_s = float(current_app.config["LIVE_POLL_S"])
     beat_s = float(current_app.config["LIVE_HEARTBEAT_S"])
 

@@ -2,17 +2,17 @@
 
 The body comes from :mod:`monitoring.exposition`: this host's multiprocess files plus the gauges
 computed from the database at scrape time — this endpoint is their one scrape target; a worker,
-scheduler or relay with its own metrics port serves only its processes' metrics. Like every
-endpoint but ``/api/health/live`` it needs credentials (a bearer token in Prometheus'
-``authorization`` block); ``TENURE_WEB_METRICS_PUBLIC=true`` opens it for a scraper on a private
-network.
+scheduler or relay with its own metrics port serves only its processes' metrics. It answers admins
+only (the counts span every owner's jobs): Prometheus sends an admin's API token in its
+``authorization`` block; any other user gets 403. ``TENURE_WEB_METRICS_PUBLIC=true`` opens it for a
+scraper on a private network.
 """
 
 from __future__ import annotations
 
 from flask import Blueprint, Response, current_app, request
 
-from .auth import require_identity
+from .auth import require_admin
 from .errors import Invalid
 from .services import services
 
@@ -49,7 +49,7 @@ def metrics() -> Response:
     (``collect=database``, e.g. through the load balancer): see docs/monitoring.md.
     """
     if not current_app.config.get("METRICS_PUBLIC"):
-        require_identity()
+        require_admin()
     collect = request.args.get("collect", "all")
     if collect not in COLLECT:
         raise Invalid(f"collect must be one of {', '.join(COLLECT)}.")

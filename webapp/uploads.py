@@ -5,8 +5,9 @@ hidden), an allowed extension (``.flv``, ``.mp4``, ``.xml``), a size within ``UP
 total, the format's signature (``FLV`` header, an MP4 ``ftyp`` box, XML without a DOCTYPE — entity
 expansion is refused), no duplicate names and at least one video segment. Only then are the files
 written to ``<output_root>/uploads/<owner>/<random id>/`` (through a hidden temporary folder renamed
-into place, so a half-written upload is never visible), and the folder is what an
-``import_recording`` payload names: ``{"folder": …}``.
+into place, so a half-written upload is never visible). Answers never carry that server path: an
+``import_recording`` payload names the upload by its reference, ``{"folder": "upload:<id>"}``, which
+the actor resolves among the job owner's uploads (``jobs.uploads``).
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ from typing import Any
 
 from flask import current_app, request
 
-from jobs.uploads import uploads_dir
+from jobs.uploads import upload_reference, uploads_dir
 
-from .errors import ApiError, Invalid
+from .errors import Invalid, PayloadTooLarge
 
 #: Allowed extensions.
 EXTENSIONS = frozenset({".flv", ".mp4", ".xml"})
@@ -37,19 +38,21 @@ UPLOAD_KIND = "import_recording"
 _MP4_BOXES = (b"ftyp", b"styp")
 
 
-class PayloadTooLarge(ApiError):
+class UploadTooLarge(PayloadTooLarge):
     """The upload exceeds ``UPLOAD_MAX_BYTES``."""
-
-    status, code = 413, "payload_too_large"
 
 
 @dataclass(frozen=True)
 class Upload:
-    """A stored upload: its id, folder and file paths."""
+    """A stored upload: its id and file names (its folder stays on the server)."""
 
     id: str
-    folder: Path
-    files: tuple[Path, ...]
+    files: tuple[str, ...]
+
+    @property
+    def reference(self) -> str:
+        """What an ``import_recording`` payload's ``folder`` says to import this upload."""
+        return upload_reference(self.id)
 
 
 def upload_max_bytes() -> int:
@@ -73,7 +76,7 @@ def allow_upload_bodies() -> None:
         return
     limit = upload_max_bytes()
     if request.content_length is not None and request.content_length > limit + MULTIPART_OVERHEAD:
-        raise PayloadTooLarge(f"The upload exceeds {limit} bytes.")
+        raise UploadTooLarge(f"The upload exceeds {limit} bytes.")
     request.max_content_length = limit + MULTIPART_OVERHEAD
 
 
@@ -105,7 +108,7 @@ def _signature_ok(ext: str, head: bytes) -> bool:
 
 
 def validate(files: list[Any], max_bytes: int) -> list[tuple[str, Any]]:
-    """``(name, stream)`` per file when every check passes; raises :class:`Invalid`/:class:`PayloadTooLarge`."""
+    """``(name, stream)`` per file when every check passes; raises :class:`Invalid`/:class:`UploadTooLarge`."""
     if not files:
         raise Invalid("No files uploaded.", details={"files": ["Upload at least one .flv or .mp4 segment."]})
     if len(files) > MAX_FILES:
@@ -127,7 +130,7 @@ def validate(files: list[Any], max_bytes: int) -> list[tuple[str, Any]]:
         size = _size(stream)
         total += size
         if total > max_bytes:
-            raise PayloadTooLarge(f"The upload exceeds {max_bytes} bytes.")
+            raise UploadTooLarge(f"The upload exceeds {max_bytes} bytes.")
         head = stream.read(4096 if ext == ".xml" else 16)
         stream.seek(0)
         if size == 0 or not _signature_ok(ext, head):
@@ -160,4 +163,4 @@ def store(output_root: Path, owner_id: str, files: list[Any], max_bytes: int) ->
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return Upload(upload_id, final.resolve(), tuple(final.resolve() / n for n, _ in checked))
+    return Upload(upload_id, tuple(name for name, _ in checked))

@@ -24,6 +24,48 @@ def test_redact_masks_secrets(text: str, secret: str) -> None:
     assert secret not in redact(text)
 
 
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        ("password: hunter2 rejected", "hunter2"),
+        ("db password: correcthorse", "correcthorse"),
+        ("X-Api-Key: abcdef", "abcdef"),
+        ("auth_token2=abc", "abc"),
+        ("token:opensesame", "opensesame"),
+    ],
+)
+def test_redact_masks_key_value_secrets(text: str, secret: str) -> None:
+    assert secret not in redact(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # A message naming a thing whose name holds a secret word, then saying what is wrong with it.
+        "session-2026: not a directory",
+        "/etc/passwd: not inside an import root (TENURE_IMPORT_ROOTS) or your uploads",
+        "tokens: not a directory",
+        "password: must have at least 10 characters",
+        "auth failed for user bob",
+    ],
+)
+def test_redact_keeps_ordinary_words(text: str) -> None:
+    assert redact(text) == text
+
+
+def test_redaction_keeps_the_reasons_of_import_errors() -> None:
+    # The two reasons issue 16 found garbled ("session-2026: *** a directory" reversed nothing, but
+    # "/etc/passwd: *** inside an import root" reversed the message).
+    class RecordingError(Exception):
+        pass
+
+    folder = RecordingError("session-2026: not a directory")
+    assert public_error(folder) == "RecordingError: session-2026: not a directory"
+    outside = RecordingError("/etc/passwd: not inside an import root (TENURE_IMPORT_ROOTS) or your uploads")
+    assert "not inside an import root" in public_error(outside)
+    assert redact("Authorization: Bearer eyJhbGciOiJIUzI1NiJ9abcdef") == "Authorization: Bearer ***"
+
+
 def test_public_error_is_truncated_and_typed() -> None:
     text = public_error(RuntimeError("word " * 1000))
     assert text.startswith("RuntimeError: ")

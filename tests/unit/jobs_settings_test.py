@@ -23,6 +23,18 @@ def test_broker_url_required_with_postgres() -> None:
     assert not s.database_is_sqlite
 
 
+def test_the_sqlite_broker_is_refused_beside_a_postgresql_database() -> None:
+    # A SQLite broker file beside a PostgreSQL job database would need the relay and keep every worker
+    # on the broker's machine: refused at start, naming the broker URL and what to use instead.
+    env = {"TENURE_DATABASE_URL": "postgresql://u@h/db", "TENURE_BROKER_URL": "sqlite:///var/broker.db"}
+    with pytest.raises(SettingsError, match="the SQLite broker needs the SQLite job database") as info:
+        Settings.from_env(env)
+    assert "TENURE_BROKER_URL='sqlite:///var/broker.db'" in str(info.value) and "redis://" in str(info.value)
+    # The SQLite broker on a SQLite job database stays accepted.
+    sqlite_env = {"TENURE_DATABASE_URL": "sqlite:///var/a.db", "TENURE_BROKER_URL": "sqlite:///var/a.db"}
+    assert Settings.from_env(sqlite_env).broker_url == "sqlite:///var/a.db"
+
+
 @pytest.mark.parametrize(
     ("env", "message"),
     [

@@ -88,7 +88,7 @@ def test_admin_sees_all_and_filters_by_owner(client, alice, bob, root):  # type:
     b = _submit(client, bob).json["id"]
     everything = {j["id"] for j in client.get("/api/v1/jobs", headers=root.bearer).json["items"]}
     assert {a, b} <= everything
-    only_bob = client.get(f"/api/v1/jobs?owner={bob.user.owner_id}", headers=root.bearer).json["items"]
+    only_bob = client.get(f"/api/v1/jobs?owner={bob.user.username}", headers=root.bearer).json["items"]
     assert [j["id"] for j in only_bob] == [b]
     assert client.get(f"/api/v1/jobs/{a}", headers=root.bearer).status_code == 200
 
@@ -224,11 +224,21 @@ def test_openapi_document(client, alice):  # type: ignore[no-untyped-def]
     assert {"/api/v1/jobs", "/api/v1/jobs/{job_id}/cancel", "/api/v1/queues", "/api/health/ready"} <= set(doc["paths"])
 
 
-def test_metrics_needs_auth_unless_public(app, client, root):  # type: ignore[no-untyped-def]
+def test_metrics_needs_auth_unless_public(app, client, root, alice):  # type: ignore[no-untyped-def]
     assert client.get("/metrics").status_code == 401
     r = client.get("/metrics", headers=root.bearer)
     assert r.status_code == 200 and r.headers["Content-Type"].startswith("text/plain")
     assert b"tenure_collector_source_up" in r.data
+    # Counts across every owner: a plain user gets 403 with the reason, by token, password or session
+    for headers in (alice.bearer, alice.basic):
+        refused = client.get("/metrics", headers=headers)
+        assert refused.status_code == 403 and refused.json["error"] == {
+            "code": "forbidden",
+            "message": "This needs the admin role.",
+        }
+    assert client.get("/metrics", headers=root.basic).status_code == 200
+    login(client, alice)
+    assert client.get("/metrics").status_code == 403
     app.config["METRICS_PUBLIC"] = True
     assert client.get("/metrics").status_code == 200
 

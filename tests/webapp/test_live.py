@@ -25,11 +25,19 @@ def server(app) -> Iterator[str]:  # type: ignore[no-untyped-def]
     thread.join(5)
 
 
-def _ws(server: str, headers: dict[str, str], query: str = ""):  # type: ignore[no-untyped-def]
+def _connect(server: str, headers: dict[str, str], query: str = ""):  # type: ignore[no-untyped-def]
     headers = dict(headers)
     agent = headers.pop("User-Agent", None)
     extra = {"user_agent_header": agent} if agent else {}
     return connect(f"ws://{server}/api/v1/live{query}", additional_headers=headers, open_timeout=5, **extra)
+
+
+@contextlib.contextmanager
+def _ws(server: str, headers: dict[str, str], cursor: str | None = None):  # type: ignore[no-untyped-def]
+    """A feed connection that sent its first message, ``{"cursor": cursor}`` (where to resume)."""
+    with _connect(server, headers) as ws:
+        ws.send(json.dumps({"cursor": cursor}))
+        yield ws
 
 
 def _next(ws, type_: str = "notice", timeout: float = 5.0) -> dict:  # type: ignore[no-untyped-def]
@@ -56,7 +64,7 @@ def test_resume_after_cursor_loses_nothing(server, driver, alice):  # type: igno
     driver.start(first[0])
     driver.progress(first[0], 0.5)
     driver.event(first[0], "half_way")
-    with _ws(server, alice.bearer, f"?cursor={cursor}") as ws:
+    with _ws(server, alice.bearer, cursor) as ws:
         assert _next(ws, "hello")["cursor"] == cursor
         resumed = [_next(ws) for _ in range(5)]
     assert [m["job_id"] for m in resumed] == [*later, first[0], first[0]]
@@ -78,7 +86,7 @@ def test_too_old_cursor_gets_resync(app, server, driver, alice):  # type: ignore
     policy = RetentionPolicy(jobs_s={s: DAY_S for s in ("succeeded", "failed", "cancelled", "interrupted")})
     assert prune(driver.engine, policy, now=int(later_ms)).jobs == 5
     head = app.extensions["tenure"].jobs.head()
-    with _ws(server, alice.bearer, "?cursor=3") as ws:
+    with _ws(server, alice.bearer, "3") as ws:
         _next(ws, "hello")
         resync = _next(ws, "resync")
     assert resync == {"type": "resync", "reason": "cursor_expired", "cursor": head}
@@ -96,7 +104,7 @@ def test_falling_behind_gets_resync(app, server, driver, alice):  # type: ignore
     _submit(driver, alice)
     for i in range(10):
         _submit(driver, alice, str(i))
-    with _ws(server, alice.bearer, "?cursor=1") as ws:
+    with _ws(server, alice.bearer, "1") as ws:
         _next(ws, "hello")
         assert _next(ws, "resync") == {"type": "resync", "reason": "behind", "cursor": "11"}
 
@@ -186,10 +194,88 @@ def test_heartbeat_and_sse_resume(app, server, driver, alice):  # type: ignore[n
     notices = [d for e, d in seen if e == "notice"]
     assert [n["job_id"] for n in notices] == jobs[1:] and [n["id"] for n in notices] == ["2", "3"]
     assert seen[0][0] == "hello"
+    with _ws(server, alice.bearer, "abc") as ws:
+        assert _refusal(ws) == (
+            {"type": "error", "code": "validation_error", "message": _BAD_CURSOR},
+            1008,
+        )
+
+
+_BAD_CURSOR = "cursor must be a cursor the feed sent (digits, or digits.digits)."
+
+
+def _refusal(ws) -> tuple[dict, int | None]:  # type: ignore[no-untyped-def]
+    """The error message the feed sent, and the close code it closed with."""
+    from websockets.exceptions import ConnectionClosed
+
+    message = json.loads(ws.recv(timeout=5))
+    with pytest.raises(ConnectionClosed):  # the closing handshake is over: the server closed TCP too
+        ws.recv(timeout=5)
+    return message, ws.close_code
+
+
+@pytest.mark.parametrize("query", ["?cursor=1", "?cursor=", "?access_token=tnr_x", "?x"])
+def test_query_parameters_are_refused_on_both_transports(server, alice, query) -> None:  # type: ignore[no-untyped-def]
+    import http.client
+
+    reason = (
+        "The live feed takes no query parameters: resume with the Last-Event-ID header (SSE) "
+        'or the first WebSocket message {"cursor": …}.'
+    )
     with pytest.raises(InvalidStatus) as refused:
-        with _ws(server, alice.bearer, "?cursor=abc"):
+        with _connect(server, alice.bearer, query):
             pass
-    assert refused.value.response.status_code == 422
+    assert refused.value.response.status_code == 400
+    assert json.loads(refused.value.response.body)["error"] == {"code": "bad_request", "message": reason}
+    host, port = server.split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=5)
+    conn.request("GET", f"/api/v1/live.sse{query}", headers=alice.bearer)
+    response = conn.getresponse()
+    assert response.status == 400 and json.loads(response.read())["error"]["message"] == reason
+    conn.close()
+
+
+def _wait_for_free_slots(app) -> None:  # type: ignore[no-untyped-def]
+    """Every connection slot is released (when a handler returns, just after its close frame)."""
+    limits = app.extensions["tenure"].feed_limits
+    for _ in range(100):
+        if limits._total == 0:
+            break
+        threading.Event().wait(0.05)
+    assert limits._total == 0, "a refused connection kept its slot"
+
+
+def test_the_websocket_cursor_comes_only_from_the_first_message(app, server, driver, alice) -> None:  # type: ignore[no-untyped-def]
+    # A first message that is no JSON object, or a cursor of the wrong type: refused with the reason
+    for first in ("3", "not json", '["1"]'):
+        with _connect(server, alice.bearer) as ws:
+            ws.send(first)
+            message, code = _refusal(ws)
+            assert message["type"] == "error" and message["code"] == "validation_error" and code == 1008, first
+    with _connect(server, alice.bearer) as ws:
+        ws.send(json.dumps({"cursor": 3}))
+        assert _refusal(ws) == ({"type": "error", "code": "validation_error", "message": _BAD_CURSOR}, 1008)
+    # four refusals so far: their slots come back (or a fifth connection would rightly get 429)
+    _wait_for_free_slots(app)
+    # No first message in time: the feed says what it waits for, then closes (and frees the slot)
+    app.config["LIVE_SUBSCRIBE_TIMEOUT_S"] = 0.3
+    with _connect(server, alice.bearer) as ws:
+        message, code = _refusal(ws)
+    assert code == 1008 and message == {
+        "type": "error",
+        "code": "validation_error",
+        "message": 'Send {"cursor": <the last cursor you saw, or null>} as the first message.',
+    }
+    _wait_for_free_slots(app)
+    # {} and {"cursor": null} start from now; a cursor in the first message resumes after it
+    for first in ({}, {"cursor": None}):
+        with _connect(server, alice.bearer) as ws:
+            ws.send(json.dumps(first))
+            assert _next(ws, "hello")["cursor"] == "0"
+    job = _submit(driver, alice).id
+    with _connect(server, alice.bearer) as ws:
+        ws.send(json.dumps({"cursor": "0"}))
+        assert _next(ws, "hello")["cursor"] == "0" and _next(ws)["job_id"] == job
 
 
 def _serve(app):  # type: ignore[no-untyped-def]
@@ -222,7 +308,7 @@ def test_cursor_resumes_on_another_app_instance(app_config, database_path, drive
         # While disconnected, through the OTHER process: new jobs (alice's and bob's) and a cancel.
         later = [submit(alice, "a2"), submit(bob, "b1")]
         apps[1].extensions["tenure"].jobs.cancel(alice.user.owner_id, early[0], by=alice.user.owner_id)
-        with _ws(second, alice.bearer, f"?cursor={cursor}") as ws:
+        with _ws(second, alice.bearer, cursor) as ws:
             assert _next(ws, "hello")["cursor"] == cursor
             resumed = [_next(ws) for _ in range(2)]
         assert all(m["type"] == "notice" for m in resumed)  # no resync
@@ -234,3 +320,17 @@ def test_cursor_resumes_on_another_app_instance(app_config, database_path, drive
             thread.join(5)
         for engine in engines:
             engine.dispose()
+
+
+def test_the_cli_client_resumes_with_last_event_id(server, driver, alice) -> None:  # type: ignore[no-untyped-def]
+    from tenure_cli.remote import Remote
+
+    jobs = [_submit(driver, alice, str(i)).id for i in range(3)]
+    remote = Remote(f"http://{server}", alice.token)
+    try:
+        with remote.live(cursor="1") as feed:  # the header, never ?cursor= (which the feed refuses)
+            messages = iter(feed)
+            assert next(messages)["type"] == "hello"
+            assert [next(messages)["job_id"] for _ in range(2)] == jobs[1:]
+    finally:
+        remote.client.close()

@@ -42,7 +42,7 @@ def test_revisions_increment_and_a_stale_revision_is_409(client: FlaskClient, ro
     r = _put(client, root, {"retention.events_days": 5}, 0)
     assert r.status_code == 200 and r.get_json()["revision"] == 1
     r = _put(client, root, {"retention.events_days": 6}, 1)
-    assert r.get_json()["revision"] == 2 and r.get_json()["saved_by"] == root.user.owner_id
+    assert r.get_json()["revision"] == 2 and r.get_json()["saved_by"] == root.user.username
     stale = _put(client, root, {"retention.events_days": 7}, 1)
     assert stale.status_code == 409 and stale.get_json()["error"]["code"] == "conflict"
     assert _get(client, root)["saved"] == {"retention.events_days": 6}

@@ -63,7 +63,9 @@ def test_submit_form_validation_and_idempotent_resubmit(client, alice, driver): 
 
 def test_tokens_page_shows_secret_once_and_revokes(client, alice):  # type: ignore[no-untyped-def]
     token = login(client, alice)
-    created = client.post("/tokens", data={"csrf_token": token, "name": "laptop"}).get_data(as_text=True)
+    created = client.post("/tokens", data={"csrf_token": token, "name": "laptop"}, follow_redirects=True).get_data(
+        as_text=True
+    )
     secret = created.split('id="new-token">')[1].split("<")[0]
     assert secret.startswith("tnr_")
     assert client.get("/api/v1/jobs", headers={"Authorization": f"Bearer {secret}"}).status_code == 200
@@ -72,6 +74,26 @@ def test_tokens_page_shows_secret_once_and_revokes(client, alice):  # type: igno
     token_id = listing.split('action="/tokens/')[1].split("/")[0]
     client.post(f"/tokens/{token_id}/revoke", data={"csrf_token": token})
     assert client.get("/api/v1/jobs", headers={"Authorization": f"Bearer {secret}"}).status_code == 401
+
+
+def test_creating_a_token_redirects_so_a_reload_creates_no_second_one(client, alice):  # type: ignore[no-untyped-def]
+    import accounts
+
+    token = login(client, alice)
+    before = len(accounts.list_tokens(client.application.extensions["tenure"].engine, alice.user.id))
+    # When the form is posted: 303 to the page itself (Post/Redirect/Get)
+    posted = client.post("/tokens", data={"csrf_token": token, "name": "laptop"})
+    assert posted.status_code == 303 and posted.headers["Location"] == "/tokens"
+    # Then the page after the redirect shows the new secret once, and is not cached
+    shown = client.get("/tokens")
+    assert shown.headers["Cache-Control"] == "no-store"
+    secret = shown.get_data(as_text=True).split('id="new-token">')[1].split("<")[0]
+    assert secret.startswith("tnr_")
+    # A reload is a GET of /tokens: no second token, and the secret is not shown again
+    reloaded = client.get("/tokens").get_data(as_text=True)
+    assert secret not in reloaded and 'id="new-token"' not in reloaded
+    engine = client.application.extensions["tenure"].engine
+    assert len(accounts.list_tokens(engine, alice.user.id)) == before + 1
 
 
 def test_login_redirects_only_to_local_paths(client, alice):  # type: ignore[no-untyped-def]

@@ -26,10 +26,13 @@ def test_upload_stores_files_for_import(client, app, alice, recording, tmp_path)
     r = _post(client, alice, [(p.name, p.read_bytes()) for p in recording])
     assert r.status_code == 201, r.get_json()
     body = r.get_json()
-    folder = Path(body["folder"])
-    assert folder.parent == (tmp_path / "outputs" / "uploads" / alice.user.owner_id).resolve()
+    # The answer names the upload by reference and the files by name: no server path (issue 16)
+    assert body["folder"] == f"upload:{body['upload_id']}" and body["payload"] == {"folder": body["folder"]}
+    assert body["files"] == [p.name for p in recording]
+    assert str(tmp_path) not in r.get_data(as_text=True) and "/" not in "".join(body["files"])
+    # and the files are stored in the owner's uploads, under the upload's id
+    folder = tmp_path / "outputs" / "uploads" / alice.user.owner_id / body["upload_id"]
     assert sorted(p.name for p in folder.iterdir()) == [p.name for p in recording]
-    assert body["payload"] == {"folder": body["folder"]}
     assert (folder / recording[0].name).read_bytes() == recording[0].read_bytes()
 
 
@@ -92,6 +95,6 @@ def test_submit_form_uploads_files_then_imports_the_stored_folder(  # type: igno
     )
     assert r.status_code == 302, r.get_data(as_text=True)
     payload = driver.payload(r.headers["Location"].rsplit("/", 1)[1])
-    folder = Path(payload["folder"])
-    assert folder.parent == (tmp_path / "outputs" / "uploads" / alice.user.owner_id).resolve()
+    assert payload["folder"].startswith("upload:")  # a reference, not a server path
+    folder = tmp_path / "outputs" / "uploads" / alice.user.owner_id / payload["folder"].removeprefix("upload:")
     assert sorted(p.name for p in folder.iterdir()) == [p.name for p in recording]

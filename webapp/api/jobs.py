@@ -12,6 +12,7 @@ from ..auth import api_guard, require_identity
 from ..bulk import bulk_apply
 from ..errors import Forbidden, JobNotFoundError
 from ..gateway import JobQuery
+from ..owners import owner_filter
 from ..services import services
 from ..uploads import store as store_upload
 from ..uploads import upload_max_bytes
@@ -46,7 +47,7 @@ def _job_id(job_id: str) -> str:
 
 
 def query_from(args: dict[str, Any]) -> JobQuery:
-    """A :class:`JobQuery` from validated filter arguments; ``owner`` only for admins."""
+    """A :class:`JobQuery` from validated filter arguments; ``owner`` (a user name) only for admins."""
     identity = require_identity()
     owner = args.get("owner")
     if owner and not identity.is_admin:
@@ -55,7 +56,7 @@ def query_from(args: dict[str, Any]) -> JobQuery:
         statuses=tuple(args.get("status") or ()),
         kind=args.get("kind") or None,
         queue=args.get("queue") or None,
-        owner_id=owner or None,
+        owner_id=owner_filter(owner) if owner else None,
         created_after=args.get("created_after"),
         created_before=args.get("created_before"),
         search=(args.get("q") or "").strip() or None,
@@ -224,7 +225,7 @@ class Uploads(MethodView):
         upload = store_upload(services().output_root, identity.user.owner_id, parts, upload_max_bytes())
         return {
             "upload_id": upload.id,
-            "folder": str(upload.folder),
-            "files": [str(f) for f in upload.files],
-            "payload": {"folder": str(upload.folder)},
+            "folder": upload.reference,
+            "files": list(upload.files),
+            "payload": {"folder": upload.reference},
         }

@@ -10,6 +10,7 @@ import marshmallow as ma
 from marshmallow import fields, validate
 
 from ..gateway import STATUSES
+from ..owners import event_data, owner_name, prefetch_owner_names
 from ..uploads import MAX_FILES
 
 ID_MAX = 100
@@ -41,6 +42,20 @@ class JsonBoolean(fields.Boolean):
         return value
 
 
+class OwnerName(fields.String):
+    """An owner id shown as its user's name (ids stay internal; an owner that is no user shows as recorded)."""
+
+    def _serialize(self, value, attr, obj, **kwargs):  # type: ignore[no-untyped-def]
+        return super()._serialize(owner_name(value), attr, obj, **kwargs)
+
+
+class EventData(fields.Dict):
+    """A timeline event's data, its ``by`` a user name where it names the user who acted."""
+
+    def _serialize(self, value, attr, obj, **kwargs):  # type: ignore[no-untyped-def]
+        return super()._serialize(event_data(obj.type, value), attr, obj, **kwargs)
+
+
 class ErrorDetailSchema(ma.Schema):
     code = fields.String(required=True, metadata={"description": "machine-readable error code"})
     message = fields.String(required=True, metadata={"description": "human-readable explanation"})
@@ -55,7 +70,7 @@ class ErrorSchema(ma.Schema):
 
 class JobSchema(ma.Schema):
     id = fields.String(required=True)
-    owner_id = fields.String(required=True)
+    owner = OwnerName(attribute="owner_id", required=True, metadata={"description": "the owner's user name"})
     kind = fields.String(required=True)
     status = fields.String(required=True, validate=validate.OneOf(STATUSES))
     queue = fields.String(required=True)
@@ -89,6 +104,12 @@ class JobSchema(ma.Schema):
 
 class JobPageSchema(ma.Schema):
     items = fields.List(fields.Nested(JobSchema), required=True)
+
+    @ma.pre_dump
+    def _owner_names_at_once(self, page, **kwargs):  # type: ignore[no-untyped-def]
+        prefetch_owner_names(job.owner_id for job in page["items"])
+        return page
+
     next_cursor = fields.String(
         allow_none=True, required=True, metadata={"description": "pass as `cursor` for the next page"}
     )
@@ -120,7 +141,10 @@ class JobFilterSchema(ma.Schema):
     status = fields.List(fields.String(validate=validate.OneOf(STATUSES)), metadata={"description": "any of"})
     kind = fields.String(validate=validate.Length(max=ID_MAX))
     queue = fields.String(validate=validate.Length(max=ID_MAX))
-    owner = fields.String(validate=validate.Length(max=ID_MAX), metadata={"description": "owner id (admins only)"})
+    owner = fields.String(
+        validate=validate.Length(max=ID_MAX),
+        metadata={"description": "the owner's user name (admins only; a name nobody has matches nothing)"},
+    )
     created_after = fields.AwareDateTime(default_timezone=None)
     created_before = fields.AwareDateTime(default_timezone=None)
     q = fields.String(validate=validate.Length(max=200), metadata={"description": "text search (id, kind, error)"})
@@ -163,7 +187,7 @@ class CancelResultSchema(ma.Schema):
 class EventSchema(ma.Schema):
     sequence = fields.Integer(required=True)
     type = fields.String(required=True)
-    data = fields.Dict(required=True)
+    data = EventData(required=True, metadata={"description": "`by`: the user name of who acted"})
     created_at = fields.DateTime(required=True)
 
 
@@ -382,7 +406,7 @@ class ScheduleFireSchema(ma.Schema):
     cause = fields.String(required=True, validate=validate.OneOf(("schedule", "catchup", "manual")))
     fired_at = fields.DateTime(required=True)
     due_at = fields.DateTime(required=True, metadata={"description": "delivery time: the tick plus jitter"})
-    fired_by = fields.String(required=True)
+    fired_by = OwnerName(required=True, metadata={"description": "the user who ran it now, or the scheduler"})
     job_id = fields.String(allow_none=True, metadata={"description": "the job this fire submitted"})
     message_id = fields.String(allow_none=True)
     duplicates = fields.Integer(
@@ -406,7 +430,7 @@ class ScheduleSchema(ma.Schema):
     )
     last_fire_at = fields.DateTime(allow_none=True)
     paused = fields.Boolean(required=True)
-    paused_by = fields.String(allow_none=True)
+    paused_by = OwnerName(allow_none=True, metadata={"description": "the user name of who paused it"})
     paused_at = fields.DateTime(allow_none=True)
     queue = fields.String(allow_none=True)
     declared = fields.Boolean(required=True)
@@ -479,6 +503,8 @@ class UploadSchema(ma.Schema):
     """A stored upload: pass ``payload`` as an ``import_recording`` job's payload."""
 
     upload_id = fields.String(required=True)
-    folder = fields.String(required=True)
-    files = fields.List(fields.String(), required=True)
+    folder = fields.String(
+        required=True, metadata={"description": "the upload's reference, `upload:<upload_id>` (no server path)"}
+    )
+    files = fields.List(fields.String(), required=True, metadata={"description": "the stored file names"})
     payload = fields.Dict(required=True, metadata={"description": '{"folder": <folder>} for import_recording'})

@@ -10,7 +10,7 @@ from .. import runtime_settings
 from ..auth import api_guard, require_admin
 from ..services import services
 from .blueprint import Blueprint
-from .schemas import WholeNumber
+from .schemas import OwnerName, WholeNumber
 
 blp = Blueprint("settings_api", __name__, url_prefix="/api/v1", description="Runtime settings (admin role)")
 
@@ -40,7 +40,7 @@ class SettingSpecSchema(ma.Schema):
 class RuntimeSettingsSchema(ma.Schema):
     revision = fields.Integer(required=True, metadata={"description": "latest saved revision (0: never saved)"})
     saved_at = fields.DateTime(allow_none=True)
-    saved_by = fields.String(allow_none=True)
+    saved_by = OwnerName(allow_none=True, metadata={"description": "the user name of who saved it"})
     saved = _values_dict(required=True, metadata={"description": 'saved values; secrets as {"set": bool}'})
     effective = _values_dict(
         required=True, metadata={"description": "defaults ← TENURE_* ← saved; restart keys: the running value"}

@@ -62,15 +62,16 @@
 
   function connect() {
     const scheme = window.location.protocol === "https:" ? "wss://" : "ws://";
-    const query = cursor === null ? "" : "?cursor=" + encodeURIComponent(cursor);
     let ws;
     try {
-      ws = new WebSocket(scheme + window.location.host + "/api/v1/live" + query);
+      ws = new WebSocket(scheme + window.location.host + "/api/v1/live");
     } catch (e) {
       startPolling();
       return;
     }
     ws.onopen = function () {
+      // The first frame says where to resume (the feed refuses query parameters); null: from now.
+      ws.send(JSON.stringify({ cursor: cursor }));
       backoffMs = 1000;
       stopPolling();
       show("● live", true);

@@ -8,10 +8,8 @@ from typing import Any
 from flask import Blueprint, current_app, g
 from flask_login import login_required
 
-import accounts
-
 from ..gateway import STATUSES
-from ..services import services
+from ..owners import event_data, owner_name
 
 bp = Blueprint("ui", __name__, template_folder="../templates")
 
@@ -33,15 +31,9 @@ def _globals() -> dict[str, Any]:
         "STATUSES": STATUSES,
         "now": datetime.now(UTC),
         "ui_poll_s": current_app.config["UI_POLL_S"],
-        "owner_name": _owner_name,
+        "owner_name": owner_name,
+        "event_data": event_data,
     }
-
-
-def _owner_name(owner_id: str) -> str:
-    """A job owner's user name for admins' lists (owner ids are user ids; others are shown as they are)."""
-    if "owner_names" not in g:
-        g.owner_names = {u.owner_id: u.username for u in accounts.list_users(services().engine)}
-    return g.owner_names.get(owner_id, owner_id)
 
 
 @bp.app_template_filter("ago")

@@ -5,15 +5,16 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from flask import flash, g, redirect, render_template, request, send_file, url_for
+from flask import flash, g, make_response, redirect, render_template, request, send_file, session, url_for
 
 import accounts
 
 from ..bulk import bulk_apply
 from ..errors import ApiError, Conflict, Invalid, JobNotFoundError
 from ..gateway import STATUSES, JobQuery
+from ..owners import owner_filter, prefetch_owner_names
 from ..services import services
-from ..uploads import UPLOAD_KIND, PayloadTooLarge, upload_max_bytes
+from ..uploads import UPLOAD_KIND, UploadTooLarge, upload_max_bytes
 from ..uploads import store as store_upload
 from .blueprint import PAGE_SIZE, bp
 from .forms import EmptyForm, TokenForm, payload_from, submit_form_for
@@ -30,15 +31,12 @@ def _filters(args: Any = None) -> tuple[JobQuery, dict[str, Any]]:
     created_after = _parse_dt(args.get("created_after"))
     created_before = _parse_dt(args.get("created_before"))
     owner = (args.get("owner") or "").strip()[:100] if g.identity.is_admin else ""
-    owner_id = owner
-    if owner:  # admins may type a user name; jobs carry the user's id
-        named = accounts.get_user_by_name(services().engine, owner)
-        owner_id = named.owner_id if named else owner
+    owner_id = owner_filter(owner) if owner else None  # admins type a user name; jobs carry the user's id
     query = JobQuery(
         statuses=statuses,
         kind=(args.get("kind") or "").strip()[:100] or None,
         queue=(args.get("queue") or "").strip()[:100] or None,
-        owner_id=owner_id or None,
+        owner_id=owner_id,
         created_after=created_after,
         created_before=created_before,
         search=(args.get("q") or "").strip()[:200] or None,
@@ -75,6 +73,8 @@ def jobs():
     query, shown = _filters()
     cursor = request.args.get("cursor") or None
     page = services().jobs.list_jobs(g.identity.scope, query, cursor=cursor, limit=PAGE_SIZE)
+    if g.identity.is_admin:  # the owner column: every name of the page in one query
+        prefetch_owner_names(j.owner_id for j in page.items)
     kinds = services().jobs.kinds()
     template = "_job_table.html" if _is_htmx() else "jobs.html"
     args = {k: v for k, v in request.args.to_dict(flat=False).items() if k != "cursor"}
@@ -228,10 +228,10 @@ def submit(kind_name: str):
                         upload = store_upload(
                             services().output_root, g.identity.user.owner_id, uploaded, upload_max_bytes()
                         )
-                    except (Invalid, PayloadTooLarge) as exc:
+                    except (Invalid, UploadTooLarge) as exc:
                         raise UploadRejected(exc) from None
                     payload = {k: v for k, v in payload.items() if k not in ("folder", "files")}
-                    payload["folder"] = str(upload.folder)
+                    payload["folder"] = upload.reference
                 record, created = services().jobs.submit(
                     owner_id=g.identity.user.owner_id,
                     kind=kind.name,
@@ -266,20 +266,30 @@ def _attach_errors(form: Any, exc: ApiError) -> None:
         form.form_errors.append(exc.message)
 
 
+#: Session key holding a just-created token's secret until the page after the redirect shows it.
+NEW_TOKEN_KEY = "new_token"
+
+
 @bp.route("/tokens", methods=["GET", "POST"])
 def tokens():
     form = TokenForm()
-    new_secret = None
     if form.validate_on_submit():
-        _, new_secret = accounts.create_token(services().engine, g.identity.user.id, form.name.data)
-        form = TokenForm(formdata=None)
-    return render_template(
-        "tokens.html",
-        tokens=accounts.list_tokens(services().engine, g.identity.user.id),
-        form=form,
-        revoke_form=EmptyForm(),
-        new_secret=new_secret,
+        _, secret = accounts.create_token(services().engine, g.identity.user.id, form.name.data)
+        # Post/Redirect/Get: reloading the page that shows the secret must not post the form again (a
+        # second token). The secret rides the session to the next GET only, which pops it.
+        session[NEW_TOKEN_KEY] = secret
+        return redirect(url_for("ui.tokens"), code=303)
+    response = make_response(
+        render_template(
+            "tokens.html",
+            tokens=accounts.list_tokens(services().engine, g.identity.user.id),
+            form=form,
+            revoke_form=EmptyForm(),
+            new_secret=session.pop(NEW_TOKEN_KEY, None) if request.method == "GET" else None,
+        )
     )
+    response.headers["Cache-Control"] = "no-store"  # the back button must not show a secret again
+    return response
 
 
 @bp.route("/tokens/<int:token_id>/revoke", methods=["POST"])

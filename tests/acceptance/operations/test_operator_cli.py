@@ -247,8 +247,9 @@ def test_jobs_list_show_and_events_as_tables_and_json(deployment: Deployment) ->
     older = deployment.run_json("jobs", "list", "--kind", "cli_echo", "--created-before", newest, who="ursula")
     assert [j["id"] for j in older] == ids[-2::-1]
     # Admins see every owner's jobs and may filter by owner; a user may not (403: exit 1).
-    owner = listed[0]["owner_id"]
-    assert {j["owner_id"] for j in deployment.run_json("jobs", "list", "--owner", owner, "--all")} == {owner}
+    owner = listed[0]["owner"]
+    assert owner == "ursula"  # the user name, never the internal owner id
+    assert {j["owner"] for j in deployment.run_json("jobs", "list", "--owner", owner, "--all")} == {owner}
     refused = deployment.run("jobs", "list", "--owner", owner, who="ursula", expect=1)
     assert refused.stderr == "tenure: Only admins may filter by owner.\n"
 
@@ -538,6 +539,7 @@ def test_a_follow_beyond_the_users_live_connections_is_refused_with_exit_1(deplo
             ws = feeds.enter_context(
                 connect(url, additional_headers={"Authorization": f"Bearer {deployment.tokens['bob']}"})
             )
+            ws.send(json.dumps({"cursor": None}))  # the first message says where to start: from now
             assert json.loads(ws.recv(timeout=10))["type"] == "hello"
         # Refused before the job is read: the API's 429, not the 404 this id would get.
         refused = deployment.run("jobs", "events", "0" * 32, "--follow", who="bob", expect=1)

@@ -133,3 +133,30 @@ def test_an_owner_id_that_is_not_a_plain_folder_name_cannot_reach_other_uploads(
     # Then it is refused: the owner id maps to the plain folder "___uploads_a_b", not to another owner's
     job = fleet.wait_terminal(job_id, 30, owner_id=sneaky)
     assert job.status == "failed" and "not inside an import root" in (job.error or ""), job.error
+
+
+@pytest.mark.timeout(90)
+def test_an_upload_reference_imports_only_the_owners_own_upload(fleet: Fleet, recording: DemoRecording) -> None:
+    import uuid
+
+    # Given no import root, an upload of this owner and one of another owner, stored where the web puts them
+    fleet.env_extra["TENURE_IMPORT_ROOTS"] = str(fleet.tmp / "no-root")
+    mine, theirs = uuid.uuid4().hex, uuid.uuid4().hex
+    shutil.copytree(recording.folder, fleet.output_root / "uploads" / OWNER / mine)
+    shutil.copytree(recording.folder, fleet.output_root / "uploads" / "someone-else" / theirs)
+    fleet.worker("w1", ("default",))
+
+    # When the owner imports by reference (what POST /api/v1/uploads answers): its own upload, the other
+    # owner's upload id, and something that only looks like a reference
+    own = fleet.submit("import_recording", {"folder": f"upload:{mine}"}).id
+    foreign = fleet.submit("import_recording", {"folder": f"upload:{theirs}"}).id
+    forged = fleet.submit("import_recording", {"folder": "upload:../someone-else"}).id
+
+    # Then its own upload is imported; the other owner's id resolves among this owner's uploads only (there
+    # is none: not a directory), and the forged one is refused — no error names a server path
+    assert fleet.wait_terminal(own).status == "succeeded", fleet.wait_terminal(own).error
+    failed = fleet.wait_terminal(foreign)
+    assert failed.status == "failed" and failed.error == f"RecordingError: {theirs}: not a directory", failed.error
+    refused = fleet.wait_terminal(forged)
+    assert refused.status == "failed" and "is not an upload reference" in (refused.error or ""), refused.error
+    assert str(fleet.output_root) not in (failed.error or "") + (refused.error or "")
