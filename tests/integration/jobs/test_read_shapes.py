@@ -9,6 +9,7 @@ The timings that motivate them are in docs/benchmarks.md (``bench/queries_bench.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -144,3 +145,33 @@ def test_an_id_prefix_finds_its_jobs_on_both_engines(env: JobEnv) -> None:
         assert queries.count_jobs(env.engine, JobFilter(search=prefix.upper()), owner_id="", is_admin=True) == len(
             found
         )
+
+
+def test_the_activity_chart_reads_one_covering_index_range(sqlite_env: JobEnv) -> None:
+    env = sqlite_env
+    for job_id in _jobs(env, 4):
+        env.sql("UPDATE jobs SET status = 'failed', completed_at = created_at + 1 WHERE id = :id", id=job_id)
+    seen: list[tuple[str, Any]] = []
+
+    def capture(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool) -> None:
+        if statement.startswith("WITH f AS"):
+            seen.append((statement, parameters))
+
+    event.listen(env.engine, "before_cursor_execute", capture)
+    try:
+        buckets = queries.activity(
+            env.engine, since=datetime.now(UTC) - timedelta(minutes=5), bucket_s=60, owner_id=None, is_admin=True
+        )
+    finally:
+        event.remove(env.engine, "before_cursor_execute", capture)
+    assert sum(b.failed for b in buckets) == 4
+    ((statement, parameters),) = seen
+    raw = env.engine.raw_connection()
+    try:
+        plan = [str(r[-1]) for r in raw.cursor().execute("EXPLAIN QUERY PLAN " + statement, parameters).fetchall()]
+    finally:
+        raw.close()
+    reads = [step for step in plan if " jobs " in f"{step} "]
+    assert reads == ["SEARCH jobs USING COVERING INDEX ix_jobs_finished_times (completed_at>? AND completed_at<?)"], (
+        plan
+    )
