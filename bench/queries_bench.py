@@ -21,8 +21,8 @@ send → full response read; a non-200 answer fails the run. Printed per query a
 rows it returned or counted, and PASS/MISS against the goal (p99 ≤ 50 ms for lists and searches, ≤ 250 ms for
 exact counts and charts). Results go to ``bench/results/queries/<timestamp>.json``.
 
-``--explain`` also runs every query once in-process (the same app on the same database, Flask's test client),
-captures the SQL the job layer executes and prints its plan (``EXPLAIN QUERY PLAN`` / ``EXPLAIN (ANALYZE,
+``--explain`` also makes every query's job-layer calls once in-process (``jobs.queries``, as the API makes
+them), captures the SQL they execute and prints its plan (``EXPLAIN QUERY PLAN`` / ``EXPLAIN (ANALYZE,
 BUFFERS)``).
 """
 
@@ -33,14 +33,15 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import sqlite3
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -394,40 +395,68 @@ def gunicorn(url: str, workdir: Path) -> Iterator[str]:
 
 
 # -- plans -------------------------------------------------------------------------------------------
-def explain_all(url: str, workdir: Path, qs: list[Query], who_tokens: dict[str, str]) -> dict[str, list[str]]:
-    """Each query once through the app in-process; the plan of every statement it ran on ``jobs``."""
-    from sqlalchemy import event  # noqa: PLC0415
-    from sqlalchemy.engine import Engine  # noqa: PLC0415
+#: The statuses a bulk retry applies to (``webapp.bulk.ACTION_STATUSES``): its dry run lists those candidates.
+RETRYABLE = ("cancelled", "failed", "interrupted")
 
-    saved = dict(os.environ)
-    os.environ.update({k: v for k, v in server_env(url, workdir).items() if k.startswith(("TENURE_", "PROM"))})
+
+def _filter(args: dict[str, Any]) -> Any:
+    from jobs.queries import JobFilter  # noqa: PLC0415
+
+    status = args.get("status") or ()
+    return JobFilter(
+        statuses=(status,) if isinstance(status, str) else tuple(status),
+        kind=args.get("kind"),
+        queue=args.get("queue"),
+        owner_id=args.get("owner"),
+        created_after=datetime.fromisoformat(args["created_after"]) if "created_after" in args else None,
+        created_before=datetime.fromisoformat(args["created_before"]) if "created_before" in args else None,
+        search=args.get("q"),
+    )
+
+
+def _replay(engine: Any, q: Query, user_id: str) -> None:
+    """The job-layer calls the API makes for *q*'s first variant (webapp/api/jobs.py, webapp/bulk.py,
+    webapp/api/ops.py): the benchmark may not import the web layer, so they are repeated here."""
+    from jobs import queries as jq  # noqa: PLC0415
+
+    method, path, args = q.request(0)
+    scope: dict[str, Any] = {"owner_id": "", "is_admin": True} if q.who == "admin" else {"owner_id": user_id}
+    if path == "/api/v1/activity":
+        since = datetime.now(UTC) - timedelta(minutes=args["minutes"])
+        jq.activity(engine, since=since, bucket_s=60, owner_id=None, is_admin=True)
+    elif method == "POST":  # a bulk retry's dry run: its candidates, then the exact count
+        f = _filter(args["filter"])
+        statuses = tuple(s for s in RETRYABLE if not f.statuses or s in f.statuses)
+        jq.page_jobs(engine, replace(f, statuses=statuses), limit=500, **scope)
+        jq.count_jobs(engine, f, **scope)
+    else:
+        jq.page_jobs(engine, _filter(args), cursor=args.get("cursor"), limit=args.get("limit", 50), **scope)
+
+
+def explain_all(url: str, qs: list[Query], user_id: str) -> dict[str, list[str]]:
+    """The plan of every statement on ``jobs`` each query's job-layer calls execute (first variant)."""
+    from sqlalchemy import event  # noqa: PLC0415
+
+    from jobs.db import make_engine  # noqa: PLC0415
+
     captured: list[tuple[str, Any]] = []
 
     def capture(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool) -> None:
         if statement.lstrip().upper().startswith(("SELECT", "WITH")) and " jobs" in statement:
             captured.append((statement, parameters))
 
+    engine = make_engine(url)
+    event.listen(engine, "before_cursor_execute", capture)
     try:
-        from webapp import create_app  # noqa: PLC0415
-
-        app = create_app()
-        client = app.test_client()
-        event.listen(Engine, "before_cursor_execute", capture)
         plans: dict[str, list[str]] = {}
         for q in qs:
-            method, path, args = q.request(0)
-            headers = {"Authorization": f"Bearer {who_tokens[ADMIN if q.who == 'admin' else USER]}"}
             captured.clear()
-            if method == "GET":
-                client.get(path, query_string=args, headers=headers)
-            else:
-                client.post(path, json=args, headers=headers)
-            plans[q.name] = [_plan(url, s, p) for s, p in captured if "api_tokens" not in s and "users" not in s]
-        event.remove(Engine, "before_cursor_execute", capture)
+            _replay(engine, q, user_id)
+            plans[q.name] = [_plan(url, s, p) for s, p in captured]
         return plans
     finally:
-        os.environ.clear()
-        os.environ.update(saved)
+        event.remove(engine, "before_cursor_execute", capture)
+        engine.dispose()
 
 
 def _plan(url: str, statement: str, parameters: Any) -> str:
@@ -472,7 +501,7 @@ def run_backend(backend: str, args: argparse.Namespace, workdir: Path) -> dict[s
                 c.close()
     out["load_after"] = loadavg()
     if args.explain:
-        out["plans"] = explain_all(url, workdir / backend, qs, secrets_)
+        out["plans"] = explain_all(url, qs, secrets_[USER + ":id"])
         for name, plans in out["plans"].items():
             print(f"\n== {backend}: {name}")
             for p in plans:
@@ -529,6 +558,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    # SIGTERM unwinds like Ctrl-C, so gunicorn is stopped by the ``finally`` that started it.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     started = datetime.now(UTC)
     doc: dict[str, Any] = {
         "command": " ".join([".venv/bin/python -m bench.queries_bench", *(argv if argv is not None else sys.argv[1:])]),
