@@ -5,9 +5,11 @@ bulk action see exactly the same jobs, at any table size:
 
 - statuses (one or several), kind, queue, owner, created range: plain predicates; a page is
   ``ORDER BY created_at DESC, id DESC`` after a ``(created_at, id)`` row-value cursor (an index range);
+  with several statuses, the newest of each status merged (one index range per status);
 - text search: an id prefix, or a case-insensitive substring of kind, resource type/id, summary or
   error text. SQLite: the ``jobs_search`` FTS5 trigram index (three characters or more; shorter
-  strings are compared row by row); PostgreSQL: ``job_search`` with its ``pg_trgm`` index;
+  strings, and on a page a term that many jobs match, are compared row by row); PostgreSQL:
+  ``job_search`` with its ``pg_trgm`` index;
 - activity: per time bucket (and queue or kind), counts by outcome and nearest-rank percentiles
   (the value at rank ``ceil(p·n)``: a p95 is always one of the jobs' durations, never above the
   slowest), on both engines the same definition (SQLite with window functions, PostgreSQL
