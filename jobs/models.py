@@ -126,6 +126,16 @@ class Job(Base):
             sqlite_where=text("completed_at IS NOT NULL"),
             postgresql_where=text("completed_at IS NOT NULL"),
         ),
+        # The activity chart's finished jobs by completion time, with the times it reads (revision 0012).
+        Index(
+            "ix_jobs_finished_times",
+            "completed_at",
+            "status",
+            "created_at",
+            "started_at",
+            sqlite_where=text("completed_at IS NOT NULL"),
+            postgresql_where=text("completed_at IS NOT NULL"),
+        ),
         # Retention's candidates (revision 0007). Partial: only finished jobs are in it, so claims
         # and other transitions of live jobs never touch it; a job enters it once, when it finishes.
         Index(

@@ -5,9 +5,11 @@ bulk action see exactly the same jobs, at any table size:
 
 - statuses (one or several), kind, queue, owner, created range: plain predicates; a page is
   ``ORDER BY created_at DESC, id DESC`` after a ``(created_at, id)`` row-value cursor (an index range);
+  with several statuses, the newest of each status merged (one index range per status);
 - text search: an id prefix, or a case-insensitive substring of kind, resource type/id, summary or
   error text. SQLite: the ``jobs_search`` FTS5 trigram index (three characters or more; shorter
-  strings are compared row by row); PostgreSQL: ``job_search`` with its ``pg_trgm`` index;
+  strings, and on a page a term that many jobs match, are compared row by row); PostgreSQL:
+  ``job_search`` with its ``pg_trgm`` index;
 - activity: per time bucket (and queue or kind), counts by outcome and nearest-rank percentiles
   (the value at rank ``ceil(p·n)``: a p95 is always one of the jobs' durations, never above the
   slowest), on both engines the same definition (SQLite with window functions, PostgreSQL
@@ -23,7 +25,7 @@ never below its job's previous event's (revision 0012).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlalchemy import Connection, text
@@ -35,6 +37,11 @@ _TERMINAL = frozenset(str(s) for s in TERMINAL_STATUSES)
 _HEX = re.compile(r"[0-9a-f]{1,32}")
 #: The FTS5 trigram tokenizer matches substrings of at least this many characters.
 TRIGRAM = 3
+#: A search term is common (a page walks the jobs instead of sorting every match) when one job in this
+#: many matches it, or at least :data:`WALK_MIN_MATCHES` do: a page then compares ~50 × this many rows at
+#: most, and a rarer term has few enough matches to sort.
+WALK_DENSITY = 200
+WALK_MIN_MATCHES = 1000
 
 
 @dataclass(frozen=True)
@@ -51,7 +58,21 @@ class JobFilterSQL:
     parent_job_id: str | None = None
 
 
-def _where(conn: Connection, f: JobFilterSQL) -> tuple[list[str], dict[str, Any]]:
+def _status_terms(sqlite: bool, f: JobFilterSQL, placeholders: list[str]) -> list[str]:
+    """The predicates of a status filter over *placeholders* (one per status of ``f.statuses``)."""
+    # One owner's jobs come from the owner's index (``+status`` keeps SQLite's planner, which has no
+    # statistics, off the status indexes: one user's few jobs among millions of that status).
+    column = "+status" if sqlite and f.owner_id is not None else "status"
+    terms = [f"{column} = {placeholders[0]}" if len(placeholders) == 1 else f"{column} IN ({', '.join(placeholders)})"]
+    if set(f.statuses) <= _TERMINAL:
+        # Implied by the statuses (a CHECK constraint); spelled out so ix_jobs_finished_created applies.
+        terms.append("completed_at IS NOT NULL")
+    return terms
+
+
+def _where(conn: Connection, f: JobFilterSQL, *, listing: bool = False) -> tuple[list[str], dict[str, Any]]:
+    """The predicates of *f* and their parameters. *listing*: for a page (newest first, a few rows),
+    where a text search may walk the order instead of collecting every match (see :func:`_search`)."""
     sqlite = conn.dialect.name == "sqlite"
     where: list[str] = []
     params: dict[str, Any] = {}
@@ -61,13 +82,7 @@ def _where(conn: Connection, f: JobFilterSQL) -> tuple[list[str], dict[str, Any]
     if f.statuses:
         names = [f"s{i}" for i in range(len(f.statuses))]
         params.update(zip(names, f.statuses, strict=True))
-        # One owner's jobs come from the owner's index (``+status`` keeps SQLite's planner, which has no
-        # statistics, off the status indexes: one user's few jobs among millions of that status).
-        column = "+status" if sqlite and f.owner_id is not None else "status"
-        where.append(f"{column} = :s0" if len(names) == 1 else f"{column} IN ({', '.join(':' + n for n in names)})")
-        if set(f.statuses) <= _TERMINAL:
-            # Implied by the statuses (a CHECK constraint); spelled out so ix_jobs_finished_created applies.
-            where.append("completed_at IS NOT NULL")
+        where.extend(_status_terms(sqlite, f, [":" + n for n in names]))
     if f.kind is not None:
         where.append("kind = :kind")
         params["kind"] = f.kind
@@ -84,25 +99,51 @@ def _where(conn: Connection, f: JobFilterSQL) -> tuple[list[str], dict[str, Any]
         where.append("created_at < :created_before")
         params["created_before"] = f.created_before
     if f.search:
-        clause, search_params = _search(sqlite, f.search)
+        clause, search_params = _search(conn, f.search, walk=listing and _common(conn, f.search))
         where.append(clause)
         params.update(search_params)
     return where or ["1 = 1"], params
 
 
-def _search(sqlite: bool, q: str) -> tuple[str, dict[str, Any]]:
-    """An id prefix, or a substring of the searched fields (see the module docstring)."""
+def _fts(q: str) -> str:
+    """*q* as one FTS5 phrase: with the trigram tokenizer, a case-insensitive substring."""
+    return '"' + q.replace('"', '""') + '"'
+
+
+def _common(conn: Connection, q: str) -> bool:
+    """Whether at least one job in :data:`WALK_DENSITY` matches *q*'s text search (SQLite, three
+    characters or more): then a page finds its rows sooner by walking the jobs newest first and
+    comparing each than by collecting and sorting every match (``transcribe`` matched 300,000 of 1M
+    jobs: 2 s to sort them for 50; bench/queries_bench.py)."""
+    if conn.dialect.name != "sqlite" or len(q) < TRIGRAM or not q.isascii():
+        # (the row-by-row comparison folds ASCII case only, the trigram index all of Unicode)
+        return False
+    jobs = int(conn.execute(text("SELECT coalesce(max(rowid), 0) FROM jobs")).scalar_one())
+    enough = max(WALK_MIN_MATCHES, jobs // WALK_DENSITY)
+    found = conn.execute(
+        text("SELECT count(*) FROM (SELECT 1 FROM jobs_search WHERE jobs_search MATCH :fts LIMIT :n)"),
+        {"fts": _fts(q), "n": enough},
+    ).scalar_one()
+    return int(found) >= enough
+
+
+def _search(conn: Connection, q: str, *, walk: bool = False) -> tuple[str, dict[str, Any]]:
+    """An id prefix, or a substring of the searched fields (see the module docstring). *walk*: compare
+    each row instead of asking the FTS index (SQLite; for a term :func:`_common` found common)."""
+    sqlite = conn.dialect.name == "sqlite"
     params: dict[str, Any] = {}
     terms: list[str] = []
     prefix = q.lower()
-    if _HEX.fullmatch(prefix):
+    by_id = _HEX.fullmatch(prefix) is not None
+    if by_id:
         # ids are lower-case hex: a prefix is an index range of the primary key
-        terms.append("(id >= :id_lo AND id < :id_hi)")
         params["id_lo"], params["id_hi"] = prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1)
+        if sqlite:
+            terms.append("(id >= :id_lo AND id < :id_hi)")
     if sqlite:
-        if len(q) >= TRIGRAM:
+        if len(q) >= TRIGRAM and not walk:
             terms.append("rowid IN (SELECT rowid FROM jobs_search WHERE jobs_search MATCH :fts)")
-            params["fts"] = '"' + q.replace('"', '""') + '"'
+            params["fts"] = _fts(q)
         else:
             fields = " || char(10) || ".join(
                 f"coalesce({c}, '')" for c in ("kind", "resource_type", "resource_id", "summary", "error")
@@ -110,21 +151,45 @@ def _search(sqlite: bool, q: str) -> tuple[str, dict[str, Any]]:
             terms.append(f"instr(lower({fields}), :needle) > 0")
             params["needle"] = q.lower()
     else:
-        terms.append("id IN (SELECT job_id FROM job_search WHERE body LIKE :like)")
+        # One set of ids from both sources: "id range OR id IN (…)" made PostgreSQL walk every job
+        # newest first testing both (1 s for a 4-digit prefix at 1M jobs; bench/queries_bench.py).
+        sources = ["SELECT job_id FROM job_search WHERE body LIKE :like"]
+        if by_id:
+            sources.append("SELECT id FROM jobs WHERE id >= :id_lo AND id < :id_hi")
+        terms.append(f"id IN ({' UNION ALL '.join(sources)})")
         params["like"] = "%" + re.sub(r"([\\%_])", r"\\\1", q.lower()) + "%"
     return "(" + " OR ".join(terms) + ")", params
 
 
+_NEWEST = "ORDER BY created_at DESC, id DESC LIMIT :limit"
+
+
 def job_list(conn: Connection, f: JobFilterSQL, *, before: tuple[int, str] | None, limit: int) -> list[JobRow]:
     """The matching jobs newest first, after the ``(created_at, id)`` position *before*, at most *limit*."""
-    where, params = _where(conn, f)
+    where, params = _where(conn, replace(f, statuses=()), listing=True)
     if before is not None:
         # A row value, not "a < x OR (a = x AND b < y)": both engines turn it into an index range, where
         # the OR made SQLite walk the index from the newest job to the cursor on every page.
         where.append("(created_at, id) < (:b_created, :b_id)")
         params["b_created"], params["b_id"] = before
     params["limit"] = limit
-    sql = f"SELECT {JOB_COLUMNS} FROM jobs WHERE {' AND '.join(where)} ORDER BY created_at DESC, id DESC LIMIT :limit"
+    if len(f.statuses) <= 1:
+        if f.statuses:
+            params["s0"] = f.statuses[0]
+            where.extend(_status_terms(conn.dialect.name == "sqlite", f, [":s0"]))
+        sql = f"SELECT {JOB_COLUMNS} FROM jobs WHERE {' AND '.join(where)} {_NEWEST}"
+    else:
+        # Several statuses: the newest *limit* of each status (each an index range in order, as for one
+        # status), merged. "status IN (…)" made both engines collect and sort every job of those statuses
+        # (140,000 failed, cancelled and interrupted of 1M jobs: 1.4 s for a page).
+        arms = []
+        for i, status in enumerate(f.statuses):
+            params[f"s{i}"] = status
+            terms = " AND ".join(
+                [*where, *_status_terms(conn.dialect.name == "sqlite", replace(f, statuses=(status,)), [f":s{i}"])]
+            )
+            arms.append(f"SELECT * FROM (SELECT {JOB_COLUMNS} FROM jobs WHERE {terms} {_NEWEST}) AS a{i}")
+        sql = f"SELECT * FROM ({' UNION ALL '.join(arms)}) AS u {_NEWEST}"
     return [r for r in map(_job, conn.execute(text(sql), params).fetchall()) if r is not None]
 
 
@@ -171,8 +236,9 @@ def job_activity(
         f"SELECT (completed_at - :since) / :bucket AS b, {group} AS g, status, "
         "CASE WHEN started_at IS NOT NULL THEN started_at - created_at END AS wait, "
         "CASE WHEN started_at IS NOT NULL THEN completed_at - started_at END AS run FROM jobs "
-        f"WHERE status IN ({', '.join(repr(s) for s in sorted(_TERMINAL))}) AND completed_at IS NOT NULL "
-        f"AND completed_at >= :since AND completed_at < :until{owner}"
+        # Finished jobs are those with a completed_at (a CHECK constraint): one range of
+        # ix_jobs_finished_times, which holds every column read here (revision 0012).
+        f"WHERE completed_at IS NOT NULL AND completed_at >= :since AND completed_at < :until{owner}"
     )
     counts = (
         "SELECT b, g, sum(CASE WHEN status = 'succeeded' THEN 1 ELSE 0 END) AS ok, "

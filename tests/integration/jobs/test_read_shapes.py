@@ -1,0 +1,177 @@
+"""The shapes the read side takes for speed return exactly what the plain predicates mean.
+
+- Several statuses: a page is the newest of each status merged (``UNION ALL`` of one index range per
+  status), on both engines; every page full until the last, together exactly the matching jobs.
+- A common search term (SQLite): a page walks the jobs newest first and compares each row instead of
+  asking the FTS index; the pages are the same as through the index.
+
+The timings that motivate them are in docs/benchmarks.md (``bench/queries_bench.py``)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import event
+
+import jobs
+from jobs import queries, read_store
+from jobs.queries import JobFilter
+
+from .support import JobEnv
+
+
+def _jobs(env: JobEnv, n: int) -> list[str]:
+    env.declare("noop", lambda ctx: None)
+    return [env.submit("noop", owner_id=f"u{i % 3}").id for i in range(n)]
+
+
+def _pages(env: JobEnv, where: JobFilter, limit: int) -> list[list[str]]:
+    pages: list[list[str]] = []
+    cursor = None
+    while True:
+        page = queries.page_jobs(env.engine, where, owner_id="", is_admin=True, cursor=cursor, limit=limit)
+        pages.append([r.id for r in page.items])
+        cursor = page.next_cursor
+        if cursor is None:
+            return pages
+
+
+def _newest_first(env: JobEnv, where_sql: str) -> list[str]:
+    rows = env.sql(f"SELECT id FROM jobs WHERE {where_sql} ORDER BY created_at DESC, id DESC")
+    return [r[0] for r in rows]
+
+
+def test_several_statuses_page_through_exactly_the_matching_jobs(env: JobEnv) -> None:
+    ids = _jobs(env, 40)
+    for i, job_id in enumerate(ids):
+        if i % 4 == 1:
+            env.sql("UPDATE jobs SET status = 'failed', completed_at = created_at + 1 WHERE id = :id", id=job_id)
+        elif i % 4 == 2:
+            env.sql("UPDATE jobs SET status = 'cancelled', completed_at = created_at + 1 WHERE id = :id", id=job_id)
+    for statuses, where_sql in (
+        (("failed", "cancelled"), "status IN ('failed', 'cancelled')"),
+        (("queued", "failed"), "status IN ('queued', 'failed')"),
+        (("cancelled", "failed", "queued"), "1 = 1"),
+    ):
+        pages = _pages(env, JobFilter(statuses=statuses), limit=3)
+        expected = _newest_first(env, where_sql)
+        assert [j for p in pages for j in p] == expected, statuses
+        assert all(len(p) == 3 for p in pages[:-1]) and 1 <= len(pages[-1]) <= 3
+        owned = queries.page_jobs(env.engine, JobFilter(statuses=statuses), owner_id="u1", limit=100).items
+        assert [r.id for r in owned] == [j for j in expected if j in set(_newest_first(env, "owner_id = 'u1'"))], (
+            statuses
+        )
+
+
+def test_several_statuses_read_one_index_range_per_status(sqlite_env: JobEnv) -> None:
+    env = sqlite_env
+    for job_id in _jobs(env, 6):
+        env.sql("UPDATE jobs SET status = 'failed', completed_at = created_at + 1 WHERE id = :id", id=job_id)
+    seen: list[tuple[str, Any]] = []
+
+    def capture(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool) -> None:
+        if "FROM jobs" in statement and "UNION ALL" in statement:
+            seen.append((statement, parameters))
+
+    event.listen(env.engine, "before_cursor_execute", capture)
+    try:
+        jobs.list_jobs(
+            env.engine, owner_id="", is_admin=True, where=JobFilter(statuses=("failed", "interrupted")), limit=2
+        )
+    finally:
+        event.remove(env.engine, "before_cursor_execute", capture)
+    ((statement, parameters),) = seen
+    raw = env.engine.raw_connection()
+    try:
+        plan = [str(r[-1]) for r in raw.cursor().execute("EXPLAIN QUERY PLAN " + statement, parameters).fetchall()]
+    finally:
+        raw.close()
+    arms = [step for step in plan if step.startswith(("SEARCH jobs", "SCAN jobs"))]
+    assert arms == ["SEARCH jobs USING INDEX ix_jobs_finished_created (status=?)"] * 2, plan
+
+
+def _with_errors(env: JobEnv) -> list[str]:
+    ids = _jobs(env, 30)
+    for i, job_id in enumerate(ids):
+        error = "Disk full on NODE-7" if i % 3 else "timeout"
+        env.sql(
+            "UPDATE jobs SET status = 'failed', completed_at = created_at + 1, error = :e WHERE id = :id",
+            id=job_id,
+            e=error,
+        )
+    return ids
+
+
+@pytest.mark.parametrize("term", ["disk full", "node-7", "NoDe", "out", "zzz"])
+def test_a_common_search_term_walks_the_jobs_and_finds_the_same_pages(
+    sqlite_env: JobEnv, monkeypatch: pytest.MonkeyPatch, term: str
+) -> None:
+    env = sqlite_env
+    _with_errors(env)
+    statements: list[str] = []
+
+    def capture(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool) -> None:
+        if "ORDER BY created_at DESC" in statement:
+            statements.append(statement)
+
+    event.listen(env.engine, "before_cursor_execute", capture)
+    try:
+        through_index = _pages(env, JobFilter(search=term), limit=4)
+        assert all("jobs_search" in s for s in statements)
+        monkeypatch.setattr(read_store, "WALK_MIN_MATCHES", 1)  # every term that matches anything is common
+        statements.clear()
+        walked = _pages(env, JobFilter(search=term), limit=4)
+    finally:
+        event.remove(env.engine, "before_cursor_execute", capture)
+    assert walked == through_index
+    matched = sum(len(p) for p in walked)
+    assert matched == {"disk full": 20, "node-7": 20, "NoDe": 20, "out": 10, "zzz": 0}[term]
+    # A term without a match is never common; one with matches is compared row by row.
+    assert all(("jobs_search" in s) == (matched == 0) for s in statements), statements
+    count = queries.count_jobs(env.engine, JobFilter(search=term), owner_id="", is_admin=True)
+    assert count == matched
+
+
+def test_an_id_prefix_finds_its_jobs_on_both_engines(env: JobEnv) -> None:
+    ids = _jobs(env, 12)
+    for job_id in ids[:3]:
+        prefix = job_id[:5]
+        found = [
+            r.id for r in queries.page_jobs(env.engine, JobFilter(search=prefix), owner_id="", is_admin=True).items
+        ]
+        assert job_id in found and all(j.startswith(prefix) for j in found), (prefix, found)
+        assert queries.count_jobs(env.engine, JobFilter(search=prefix.upper()), owner_id="", is_admin=True) == len(
+            found
+        )
+
+
+def test_the_activity_chart_reads_one_covering_index_range(sqlite_env: JobEnv) -> None:
+    env = sqlite_env
+    for job_id in _jobs(env, 4):
+        env.sql("UPDATE jobs SET status = 'failed', completed_at = created_at + 1 WHERE id = :id", id=job_id)
+    seen: list[tuple[str, Any]] = []
+
+    def capture(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool) -> None:
+        if statement.startswith("WITH f AS"):
+            seen.append((statement, parameters))
+
+    event.listen(env.engine, "before_cursor_execute", capture)
+    try:
+        buckets = queries.activity(
+            env.engine, since=datetime.now(UTC) - timedelta(minutes=5), bucket_s=60, owner_id=None, is_admin=True
+        )
+    finally:
+        event.remove(env.engine, "before_cursor_execute", capture)
+    assert sum(b.failed for b in buckets) == 4
+    ((statement, parameters),) = seen
+    raw = env.engine.raw_connection()
+    try:
+        plan = [str(r[-1]) for r in raw.cursor().execute("EXPLAIN QUERY PLAN " + statement, parameters).fetchall()]
+    finally:
+        raw.close()
+    reads = [step for step in plan if " jobs " in f"{step} "]
+    assert reads == ["SEARCH jobs USING COVERING INDEX ix_jobs_finished_times (completed_at>? AND completed_at<?)"], (
+        plan
+    )
