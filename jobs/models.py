@@ -126,7 +126,7 @@ class Job(Base):
             sqlite_where=text("completed_at IS NOT NULL"),
             postgresql_where=text("completed_at IS NOT NULL"),
         ),
-        # The activity chart's finished jobs by completion time, with the times it reads (revision 0012).
+        # The activity chart's finished jobs by completion time, with the times it reads (revision 0016).
         Index(
             "ix_jobs_finished_times",
             "completed_at",

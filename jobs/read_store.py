@@ -237,7 +237,7 @@ def job_activity(
         "CASE WHEN started_at IS NOT NULL THEN started_at - created_at END AS wait, "
         "CASE WHEN started_at IS NOT NULL THEN completed_at - started_at END AS run FROM jobs "
         # Finished jobs are those with a completed_at (a CHECK constraint): one range of
-        # ix_jobs_finished_times, which holds every column read here (revision 0012).
+        # ix_jobs_finished_times, which holds every column read here (revision 0016).
         f"WHERE completed_at IS NOT NULL AND completed_at >= :since AND completed_at < :until{owner}"
     )
     counts = (

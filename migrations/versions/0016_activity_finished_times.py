@@ -9,8 +9,8 @@ table: ~4 s on SQLite, ~1.2 s on PostgreSQL; bench/queries_bench.py).
 range read, no lookups. Partial on ``completed_at IS NOT NULL`` like the other finished-job indexes: a job
 enters it once, when it finishes; a claim (which leaves ``completed_at`` NULL) never writes it.
 
-Revision ID: 0012
-Revises: 0011
+Revision ID: 0016
+Revises: 0015
 Create Date: 2026-12-04
 """
 
@@ -21,8 +21,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0012"
-down_revision: str | Sequence[str] | None = "0011"
+revision: str = "0016"
+down_revision: str | Sequence[str] | None = "0015"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
