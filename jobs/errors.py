@@ -51,6 +51,10 @@ class JobNotRetryable(JobError):
     """Only failed, cancelled or interrupted jobs can be retried."""
 
 
+class JobNotDeletable(JobError):
+    """Only finished jobs that no other job refers to can be deleted."""
+
+
 class CursorExpired(JobError):
     """Events after this change cursor were deleted by retention: resync from ``head``."""
 

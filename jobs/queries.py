@@ -30,7 +30,8 @@ _MAX_MS = 253_402_300_799_000
 class JobFilter:
     """Which jobs a list, a count or a bulk action is about; every field is optional.
 
-    ``search``: an id prefix, or a case-insensitive substring of the kind, resource, summary or error.
+    ``search``: an id prefix, or a case-insensitive substring of the kind, resource, summary or error;
+    several terms (a tuple): a job matches every one.
     ``owner_id``: for admins (an owner sees only their own jobs whatever this says).
     """
 
@@ -40,7 +41,7 @@ class JobFilter:
     owner_id: str | None = None
     created_after: datetime | None = None
     created_before: datetime | None = None
-    search: str | None = None
+    search: str | tuple[str, ...] | None = None
     parent_job_id: str | None = None
 
 
@@ -62,7 +63,8 @@ def _dt(ms: int) -> datetime:
 def _scoped(where: JobFilter, owner_id: str, is_admin: bool) -> JobFilterSQL:
     for status in where.statuses:
         JobStatus(status)  # ValueError for an unknown one
-    search = (where.search or "").strip() or None
+    terms = (where.search,) if isinstance(where.search, str) else where.search or ()
+    search = tuple(dict.fromkeys(t for t in (term.strip() for term in terms) if t))
     return JobFilterSQL(
         owner_id=where.owner_id if is_admin else owner_id,
         statuses=tuple(dict.fromkeys(where.statuses)),

@@ -5,7 +5,7 @@ bulk action see exactly the same jobs, at any table size:
 
 - statuses (one or several), kind, queue, owner, created range: plain predicates; a page is
   ``ORDER BY created_at DESC, id DESC`` after a ``(created_at, id)`` row-value cursor (an index range);
-- text search: an id prefix, or a case-insensitive substring of kind, resource type/id, summary or
+- text search: each term an id prefix, or a case-insensitive substring of kind, resource type/id, summary or
   error text. SQLite: the ``jobs_search`` FTS5 trigram index (three characters or more; shorter
   strings are compared row by row); PostgreSQL: ``job_search`` with its ``pg_trgm`` index;
 - activity: per time bucket (and queue or kind), counts by outcome and nearest-rank percentiles
@@ -45,7 +45,8 @@ class JobFilterSQL:
     queue: str | None = None
     created_after: int | None = None
     created_before: int | None = None
-    search: str | None = None
+    #: Text search terms; a job matches when it matches every one of them.
+    search: tuple[str, ...] = ()
     parent_job_id: str | None = None
 
 
@@ -81,35 +82,36 @@ def _where(conn: Connection, f: JobFilterSQL) -> tuple[list[str], dict[str, Any]
     if f.created_before is not None:
         where.append("created_at < :created_before")
         params["created_before"] = f.created_before
-    if f.search:
-        clause, search_params = _search(sqlite, f.search)
+    for n, term in enumerate(f.search):
+        clause, search_params = _search(sqlite, term, f"t{n}_")
         where.append(clause)
         params.update(search_params)
     return where or ["1 = 1"], params
 
 
-def _search(sqlite: bool, q: str) -> tuple[str, dict[str, Any]]:
-    """An id prefix, or a substring of the searched fields (see the module docstring)."""
+def _search(sqlite: bool, q: str, p: str) -> tuple[str, dict[str, Any]]:
+    """An id prefix, or a substring of the searched fields (see the module docstring); the parameter
+    names start with *p* (one term's names differ from another's)."""
     params: dict[str, Any] = {}
     terms: list[str] = []
     prefix = q.lower()
     if _HEX.fullmatch(prefix):
         # ids are lower-case hex: a prefix is an index range of the primary key
-        terms.append("(id >= :id_lo AND id < :id_hi)")
-        params["id_lo"], params["id_hi"] = prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1)
+        terms.append(f"(id >= :{p}id_lo AND id < :{p}id_hi)")
+        params[f"{p}id_lo"], params[f"{p}id_hi"] = prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1)
     if sqlite:
         if len(q) >= TRIGRAM:
-            terms.append("rowid IN (SELECT rowid FROM jobs_search WHERE jobs_search MATCH :fts)")
-            params["fts"] = '"' + q.replace('"', '""') + '"'
+            terms.append(f"rowid IN (SELECT rowid FROM jobs_search WHERE jobs_search MATCH :{p}fts)")
+            params[f"{p}fts"] = '"' + q.replace('"', '""') + '"'
         else:
             fields = " || char(10) || ".join(
                 f"coalesce({c}, '')" for c in ("kind", "resource_type", "resource_id", "summary", "error")
             )
-            terms.append(f"instr(lower({fields}), :needle) > 0")
-            params["needle"] = q.lower()
+            terms.append(f"instr(lower({fields}), :{p}needle) > 0")
+            params[f"{p}needle"] = q.lower()
     else:
-        terms.append("id IN (SELECT job_id FROM job_search WHERE body LIKE :like)")
-        params["like"] = "%" + re.sub(r"([\\%_])", r"\\\1", q.lower()) + "%"
+        terms.append(f"id IN (SELECT job_id FROM job_search WHERE body LIKE :{p}like)")
+        params[f"{p}like"] = "%" + re.sub(r"([\\%_])", r"\\\1", q.lower()) + "%"
     return "(" + " OR ".join(terms) + ")", params
 
 

@@ -122,7 +122,8 @@ class JobQuery:
     owner_id: str | None = None
     created_after: datetime | None = None
     created_before: datetime | None = None
-    search: str | None = None
+    #: Text search: one term, or several that a job must all match.
+    search: str | tuple[str, ...] | None = None
     parent_job_id: str | None = None
 
 

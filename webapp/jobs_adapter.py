@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import logging
 import random
+import shutil
 import threading
 import time
 from collections import deque
@@ -208,6 +209,20 @@ class JobLayerGateway:
         if not joblayer.run_now(self.engine, [job_id], by=by, registry=self.registry, broker=self.broker):
             raise Conflict("The job is not waiting: only a queued job with a delay or a retry backoff can run now.")
         return self.get(scope, job_id)
+
+    def delete(self, scope: str | None, job_id: str, *, by: str) -> list[str]:
+        """Delete a finished job (a workflow with its steps) and its output files; returns the ids deleted.
+        Conflict (with the reason) when it may not go yet."""
+        try:
+            deleted = joblayer.delete_job(self.engine, job_id, by=scope or by, is_admin=scope is None)
+        except joblayer.JobNotFound:
+            raise JobNotFoundError() from None
+        except joblayer.JobNotDeletable as exc:
+            raise Conflict(str(exc)) from None
+        for deleted_id in deleted.job_ids:
+            # The files are reachable only through their job: with it gone, nothing could read them.
+            shutil.rmtree(self._output_dir(deleted_id), ignore_errors=True)
+        return list(deleted.job_ids)
 
     # -- lists ---------------------------------------------------------------------------------
     def list_jobs(self, scope: str | None, query: JobQuery, *, cursor: str | None, limit: int) -> Page:

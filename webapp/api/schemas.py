@@ -116,7 +116,18 @@ class JobFilterSchema(ma.Schema):
     owner = fields.String(validate=validate.Length(max=ID_MAX), metadata={"description": "owner id (admins only)"})
     created_after = fields.AwareDateTime(default_timezone=None)
     created_before = fields.AwareDateTime(default_timezone=None)
-    q = fields.String(validate=validate.Length(max=200), metadata={"description": "text search (id, kind, error)"})
+    parent = fields.String(
+        validate=validate.Length(max=ID_MAX), metadata={"description": "a workflow's id: list its steps"}
+    )
+    q = fields.String(
+        validate=validate.Length(max=500),
+        metadata={
+            "description": "the search box: qualifiers `kind:` `status:` (may repeat) `owner:` (a user name) "
+            '`queue:` `parent:` and text (words and "quoted phrases", each an id prefix or a substring of '
+            "the kind, summary or error; a job matches all). An unknown qualifier or status: 400",
+            "example": 'kind:import_recording status:succeeded "session-2026"',
+        },
+    )
 
 
 class JobListQuerySchema(JobFilterSchema):
@@ -146,6 +157,12 @@ class BulkResultSchema(ma.Schema):
     affected = fields.Integer(required=True, metadata={"description": "jobs the action changed (0 on a dry run)"})
     skipped = fields.Integer(required=True, metadata={"description": "matching jobs the action does not apply to"})
     job_ids = fields.List(fields.String(), required=True, metadata={"description": "changed (or new, for retry)"})
+
+
+class DeletedSchema(ma.Schema):
+    deleted = fields.List(
+        fields.String(), required=True, metadata={"description": "the job's id, then its steps' (a workflow)"}
+    )
 
 
 class CancelResultSchema(ma.Schema):
