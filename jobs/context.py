@@ -22,11 +22,10 @@ from typing import Any
 from sqlalchemy import Connection, Engine
 from sqlalchemy.orm import Session
 
-from . import db, events, store
+from . import db, events, store, transitions
 from .errors import JobCancelled, JobTimeout, StaleAttempt
 from .execution.completer import InlineCompleter
 from .group_commit import hot_write
-from . import transitions
 from .transitions import Attempt
 
 logger = logging.getLogger(__name__)

@@ -119,7 +119,6 @@ class JobById(MethodView):
         """One job (404 when missing or not yours)."""
         return services().jobs.get(require_identity().scope, _job_id(job_id))
 
-
     @blp.response(200, DeletedSchema)
     @blp.alt_response(409, schema=None, description="the job has not finished, is a workflow step, or is referred to")
     def delete(self, job_id: str):
