@@ -43,6 +43,8 @@ class JobFilter:
     created_before: datetime | None = None
     search: str | tuple[str, ...] | None = None
     parent_job_id: str | None = None
+    #: Only jobs that are no workflow step.
+    top_level: bool = False
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,7 @@ def _scoped(where: JobFilter, owner_id: str, is_admin: bool) -> JobFilterSQL:
         created_before=None if where.created_before is None else _ms(where.created_before),
         search=search,
         parent_job_id=where.parent_job_id,
+        top_level=where.top_level,
     )
 
 
@@ -139,6 +142,19 @@ def page_jobs(
     items = [JobRecord.from_row(r) for r in rows[:limit]]
     more = len(rows) > limit
     return JobPage(items, encode_page_cursor(items[-1]) if more else None)
+
+
+def steps_of(
+    engine: Engine, parent_ids: list[str], *, owner_id: str, is_admin: bool = False
+) -> dict[str, list[JobRecord]]:
+    """The steps of each of the workflows *parent_ids* the caller may see (parent id → steps, oldest first);
+    jobs without steps are absent. At most :data:`MAX_LIMIT` parents."""
+    with db.read(engine) as conn:
+        rows = read_store.job_steps_of(conn, parent_ids[:MAX_LIMIT], None if is_admin else owner_id)
+    steps: dict[str, list[JobRecord]] = {}
+    for row in rows:
+        steps.setdefault(str(row.parent_job_id), []).append(JobRecord.from_row(row))
+    return steps
 
 
 def count_jobs(engine: Engine, where: JobFilter, *, owner_id: str, is_admin: bool = False) -> int:

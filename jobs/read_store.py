@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, bindparam, text
 
 from .status import TERMINAL_STATUSES
 from .store import JOB_COLUMNS, JobRow, _job
@@ -48,6 +48,8 @@ class JobFilterSQL:
     #: Text search terms; a job matches when it matches every one of them.
     search: tuple[str, ...] = ()
     parent_job_id: str | None = None
+    #: Only jobs that are no workflow step (a grouped list shows the steps under their workflow).
+    top_level: bool = False
 
 
 def _where(conn: Connection, f: JobFilterSQL) -> tuple[list[str], dict[str, Any]]:
@@ -76,6 +78,8 @@ def _where(conn: Connection, f: JobFilterSQL) -> tuple[list[str], dict[str, Any]
     if f.parent_job_id is not None:
         where.append("parent_job_id = :parent")
         params["parent"] = f.parent_job_id
+    if f.top_level:
+        where.append("parent_job_id IS NULL")
     if f.created_after is not None:
         where.append("created_at >= :created_after")
         params["created_after"] = f.created_after
@@ -126,6 +130,18 @@ def job_list(conn: Connection, f: JobFilterSQL, *, before: tuple[int, str] | Non
     params["limit"] = limit
     sql = f"SELECT {JOB_COLUMNS} FROM jobs WHERE {' AND '.join(where)} ORDER BY created_at DESC, id DESC LIMIT :limit"
     return [r for r in map(_job, conn.execute(text(sql), params).fetchall()) if r is not None]
+
+
+def job_steps_of(conn: Connection, parent_ids: list[str], owner_id: str | None) -> list[JobRow]:
+    """The steps of the workflows *parent_ids* (of *owner_id*'s jobs if given), oldest first."""
+    if not parent_ids:
+        return []
+    owner = " AND owner_id = :owner" if owner_id is not None else ""
+    sql = f"SELECT {JOB_COLUMNS} FROM jobs WHERE parent_job_id IN :parents{owner} ORDER BY created_at, id"
+    rows = conn.execute(
+        text(sql).bindparams(bindparam("parents", expanding=True)), {"parents": parent_ids, "owner": owner_id}
+    ).fetchall()
+    return [r for r in map(_job, rows) if r is not None]
 
 
 def job_count(conn: Connection, f: JobFilterSQL) -> int:

@@ -54,6 +54,44 @@ class JobView:
     def can_retry(self) -> bool:
         return self.status in RETRYABLE
 
+    @property
+    def can_delete(self) -> bool:
+        """Finished and no workflow step (a step goes with its workflow). A job another one refers to
+        (its retry) may still be refused."""
+        return self.status in TERMINAL and self.parent_job_id is None
+
+
+@dataclass(frozen=True)
+class StepView:
+    """One step of a workflow: its name, its job, the steps it runs after, and whether it was reused
+    (a retried workflow's step that had succeeded in the workflow it retries)."""
+
+    name: str
+    job: JobView
+    depends_on: tuple[str, ...] = ()
+    reused: bool = False
+
+
+@dataclass(frozen=True)
+class WorkflowView:
+    """A workflow's DAG: its steps in creation order."""
+
+    steps: tuple[StepView, ...]
+
+    @property
+    def failed(self) -> tuple[StepView, ...]:
+        """The steps that ended failed or interrupted (what the workflow's failure names)."""
+        return tuple(s for s in self.steps if s.job.status in ("failed", "interrupted"))
+
+
+@dataclass(frozen=True)
+class Cue:
+    """One line of a transcript: shown from ``start_s`` to ``end_s`` (seconds)."""
+
+    start_s: float
+    end_s: float
+    text: str
+
 
 @dataclass(frozen=True)
 class EventView:
@@ -125,6 +163,8 @@ class JobQuery:
     #: Text search: one term, or several that a job must all match.
     search: str | tuple[str, ...] | None = None
     parent_job_id: str | None = None
+    #: Only jobs that are no workflow step (the list grouped by workflow).
+    top_level: bool = False
 
 
 @dataclass(frozen=True)

@@ -32,14 +32,17 @@ from jobs.queries import (
     changes_after,
     count_jobs,
     page_jobs,
+    steps_of,
 )
 from jobs.registry import Registry
 from jobs.registry import registry as default_registry
+from tasks.domain.media.subtitles import parse_srt
 
 from .errors import Conflict, Invalid, JobNotFoundError, NotFound
 from .gateway import (
     TERMINAL,
     ActivityBucket,
+    Cue,
     CursorExpired,
     EventView,
     FieldSpec,
@@ -50,6 +53,8 @@ from .gateway import (
     Notice,
     Page,
     ScheduleView,
+    StepView,
+    WorkflowView,
 )
 
 logger = logging.getLogger(__name__)
@@ -65,6 +70,7 @@ def _filter(scope: str | None, q: JobQuery) -> JobFilter:
         created_before=q.created_before,
         search=q.search,
         parent_job_id=q.parent_job_id,
+        top_level=q.top_level,
     )
 
 
@@ -239,6 +245,31 @@ class JobLayerGateway:
         except ValueError as exc:
             raise Invalid(str(exc).capitalize() + ".", details={"cursor": [str(exc)]}) from None
         return Page([self._view(r) for r in page.items], page.next_cursor)
+
+    def steps_of(self, scope: str | None, parent_ids: list[str]) -> dict[str, list[JobView]]:
+        """The steps of each workflow among *parent_ids* (parent id → steps, oldest first)."""
+        found = steps_of(self.engine, parent_ids, owner_id=scope or "", is_admin=scope is None)
+        return {parent: [self._view(r) for r in records] for parent, records in found.items()}
+
+    def workflow(self, scope: str | None, job_id: str) -> WorkflowView | None:
+        """The DAG of the workflow *job_id* (None when the job has no steps)."""
+        try:
+            graph = joblayer.workflow_graph(self.engine, job_id, owner_id=scope or "", is_admin=scope is None)
+        except joblayer.JobNotFound:
+            raise JobNotFoundError() from None
+        if not graph:
+            return None
+        steps = sorted(graph.values(), key=lambda s: (s.job.created_at, s.job.id))
+        return WorkflowView(tuple(StepView(s.name, self._view(s.job), s.depends_on, s.reused) for s in steps))
+
+    def transcript(self, scope: str | None, job_id: str, name: str) -> list[Cue]:
+        """The cues of one of the job's SRT files (lenient: blocks without a time line are skipped)."""
+        path = self.output_file(scope, job_id, name)
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return []
+        return [Cue(c.start_s, c.end_s, c.text) for c in parse_srt(text)]
 
     def count_jobs(self, scope: str | None, query: JobQuery) -> int:
         """How many jobs match, exactly."""

@@ -78,6 +78,9 @@ class JobSchema(ma.Schema):
     files = fields.List(fields.String(), required=True)
     can_cancel = fields.Boolean(required=True, metadata={"description": "cancel is allowed now"})
     can_retry = fields.Boolean(required=True, metadata={"description": "retry is allowed now"})
+    can_delete = fields.Boolean(
+        required=True, metadata={"description": "finished and no workflow step: `DELETE` may remove it"}
+    )
 
 
 class JobPageSchema(ma.Schema):
