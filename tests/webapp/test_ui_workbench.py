@@ -111,3 +111,24 @@ def test_delete_from_the_job_page(client, alice, driver):  # type: ignore[no-unt
     assert r.status_code == 302 and r.headers["Location"] == "/jobs"
     assert f"Deleted job {job.id}." in client.get("/jobs").get_data(as_text=True)
     assert client.get(f"/jobs/{job.id}").status_code == 404
+
+
+def test_charts_window_and_breakdown(client, root, driver):  # type: ignore[no-untyped-def]
+    done = driver.submit(root.user.owner_id, payload={"text": "a"})
+    driver.succeed(done.id)
+    failed = driver.submit(root.user.owner_id, kind="sleep", payload={"seconds": 1})
+    driver.fail(failed.id)
+    login(client, root)
+    page = client.get("/ops?window=24h&group=kind").get_data(as_text=True)
+    assert "Last 24 hours, by kind" in page and "Throughput: finished jobs per hour" in page
+    assert '<option value="24h" selected>' in page and '<option value="kind" selected>' in page
+    # one series per kind, and every bar names its value on hover
+    assert "<title>" in page and " echo: 1</title></rect>" in page and " sleep: 1</title></rect>" in page
+    week = client.get("/ops?window=7d&group=queue").get_data(as_text=True)
+    assert "per 6 hours" in week and "slow: 1" in week
+    default = client.get("/ops?window=bogus&group=colour")  # unknown choices fall back, never a 500
+    assert default.status_code == 200 and "Last hour" in default.get_data(as_text=True)
+    api = client.get("/api/v1/activity?window=24h&group_by=queue", headers=root.bearer)
+    assert api.status_code == 200
+    assert {b["group"] for b in api.json if b["succeeded"] or b["failed"]} == {"default", "slow"}
+    assert client.get("/api/v1/activity?window=2w", headers=root.bearer).status_code == 422

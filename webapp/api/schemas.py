@@ -9,6 +9,7 @@ from __future__ import annotations
 import marshmallow as ma
 from marshmallow import fields, validate
 
+from ..activity_windows import GROUPS, WINDOWS
 from ..gateway import STATUSES
 from ..uploads import MAX_FILES
 
@@ -403,17 +404,31 @@ class ActivityQuerySchema(ma.Schema):
     class Meta:
         unknown = ma.EXCLUDE
 
-    minutes = fields.Integer(load_default=60, validate=validate.Range(min=5, max=24 * 60))
+    minutes = fields.Integer(
+        validate=validate.Range(min=5, max=24 * 60),
+        metadata={"description": "the last this many minutes, per minute (default 60; ignored with `window`)"},
+    )
+    window = fields.String(
+        validate=validate.OneOf(tuple(WINDOWS)),
+        metadata={"description": "1h (per minute), 24h (per hour) or 7d (per 6 hours)"},
+    )
+    group_by = fields.String(
+        validate=validate.OneOf(GROUPS), metadata={"description": "one bucket per time and queue or kind"}
+    )
 
 
 class ActivityBucketSchema(ma.Schema):
     start = fields.DateTime(required=True)
+    group = fields.String(allow_none=True, metadata={"description": "the queue or kind (with `group_by`)"})
     succeeded = fields.Integer(required=True)
-    failed = fields.Integer(required=True)
+    failed = fields.Integer(required=True, metadata={"description": "failed and interrupted"})
     cancelled = fields.Integer(required=True)
     wait_p50_s = fields.Float(allow_none=True)
     run_p50_s = fields.Float(allow_none=True)
-    run_p95_s = fields.Float(allow_none=True)
+    run_p95_s = fields.Float(
+        allow_none=True, metadata={"description": "nearest-rank: one of the run times, never above `run_max_s`"}
+    )
+    run_max_s = fields.Float(allow_none=True)
 
 
 class ComponentSchema(ma.Schema):

@@ -8,6 +8,8 @@ from html import escape
 from markupsafe import Markup
 
 WIDTH, HEIGHT, PAD = 600, 160, 28
+#: Series colours of a chart broken down by queue or kind (classes ``g0`` … in app.css).
+GROUP_COLOURS = 8
 
 
 def bar_chart(
@@ -48,9 +50,13 @@ def line_chart(
             for i, v in enumerate(values)
             if v is not None
         ]
-        for point in points:  # a single point would be an invisible line
+        shown = [(labels[i], v) for i, v in enumerate(values) if v is not None]
+        for point, (label, value) in zip(points, shown, strict=True):  # a single point would be an invisible line
             x, y = point.split(",")
-            parts.append(f'<circle class="{css}" cx="{x}" cy="{y}" r="2.5"/>')
+            parts.append(
+                f'<circle class="{css}" cx="{x}" cy="{y}" r="2.5">'
+                f"<title>{escape(label)} {escape(name)}: {value:g}{escape(unit)}</title></circle>"
+            )
         if len(points) > 1:
             parts.append(
                 f'<polyline class="{css}" fill="none" points="{" ".join(points)}">'
