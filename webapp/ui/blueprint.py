@@ -72,6 +72,12 @@ def _span(seconds: float | None) -> str:
     return f"{seconds:g} s"
 
 
+@bp.app_template_filter("tail")
+def _tail(text: str, chars: int = 60) -> str:
+    """*text*, its beginning elided when too long: a summary's end tells jobs apart (a folder's name)."""
+    return text if len(text) <= chars else "…" + text[-(chars - 1) :]
+
+
 @bp.app_template_filter("clock")
 def _clock(seconds: float) -> str:
     """A position in a recording: ``m:ss.s`` (``h:mm:ss.s`` from an hour on)."""
