@@ -66,7 +66,8 @@ def _scoped(where: JobFilter, owner_id: str, is_admin: bool) -> JobFilterSQL:
     for status in where.statuses:
         JobStatus(status)  # ValueError for an unknown one
     terms = (where.search,) if isinstance(where.search, str) else where.search or ()
-    search = tuple(dict.fromkeys(t for t in (term.strip() for term in terms) if t))
+    # NUL ends an FTS5 query string ("unterminated string") and PostgreSQL text cannot hold one: dropped.
+    search = tuple(dict.fromkeys(t for t in (term.replace("\x00", "").strip() for term in terms) if t))
     return JobFilterSQL(
         owner_id=where.owner_id if is_admin else owner_id,
         statuses=tuple(dict.fromkeys(where.statuses)),

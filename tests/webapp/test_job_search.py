@@ -159,3 +159,16 @@ def test_the_newest_live_feed_entry_waits(client, alice, driver):  # type: ignor
     assert held.status_code == 409 and "newest entry" in held.json["error"]["message"]
     driver.submit(alice.user.owner_id)
     assert client.delete(f"/api/v1/jobs/{job}", headers=alice.bearer).status_code == 200
+
+
+def test_search_terms_with_a_nul_are_answered(client, alice, driver):  # type: ignore[no-untyped-def]
+    parent = _workflow(driver, alice.user.owner_id)
+    for body in ({"parent": parent.id, "q": "Y,\x95\x00\xb9Y"}, {"q": "\x00"}, {"q": "fir\x00st"}):
+        r = client.post("/api/v1/jobs/bulk/cancel", json={"filter": body, "dry_run": True}, headers=alice.bearer)
+        assert r.status_code == 200, (body, r.json)
+    assert (
+        client.get("/api/v1/jobs", query_string={"parent": parent.id, "q": "fir\x00st"}, headers=alice.bearer).json[
+            "items"
+        ][0]["summary"]
+        == "first"
+    )
