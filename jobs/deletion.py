@@ -61,7 +61,10 @@ def delete_job(engine: Engine, job_id: str, *, by: str, is_admin: bool = False) 
         ids = [m.id for m in members]
         outside = [(a, b) for a, b in retention_store.references_into(conn, ids) if b not in ids]
         if outside:
-            raise JobNotDeletable(f"Job {outside[0][1]} refers to this one (a retry of it); delete that job first.")
+            raise JobNotDeletable(
+                f"Job {outside[0][1]} refers to this one (its retry, or a retried workflow reusing it); "
+                "delete that first."
+            )
         if retention_store.newest_event_job(conn) in ids:
             raise JobNotDeletable(
                 "This job holds the live feed's newest entry; it can be deleted once any other job changes."
