@@ -28,7 +28,7 @@ def pipeline(deployment: Deployment) -> Iterator[dict]:  # type: ignore[type-arg
     """A one-segment recording under the deployment's import root (short, so the pipeline takes seconds)."""
     folder = Path(deployment.env["TENURE_IMPORT_ROOTS"]) / FOLDER_NAME
     make_recording(folder, segments=1, seconds=5.0, comments_per_segment=10)
-    payload = {"folder": str(folder), "highlight_s": 3.0, "width": 320, "height": 180, "danmaku": True}
+    payload = {"folder": str(folder), "highlight_s": 4.0, "width": 480, "height": 270, "danmaku": True}
     yield {"folder": folder, "payload": payload}
 
 
@@ -39,34 +39,55 @@ def _dag_states(page) -> dict[str, str]:  # type: ignore[no-untyped-def]
 def test_pipeline_graph_updates_live_and_its_clip_plays(browser, deployment: Deployment, pipeline) -> None:  # type: ignore[no-untyped-def]
     s = Session(browser, deployment, "user")
     page = s.page
-    # Given the pipeline's page open right after the submit, when only its import step exists
+    # Given the pipeline's page open while its import waits (its queue and the render's paused, so the
+    # page is open before each of them starts, however fast the machine)
+    for queue in ("default", "render"):
+        deployment.api("POST", f"/api/v1/queues/{queue}/pause")
     job = deployment.submit("recording_pipeline", pipeline["payload"])
     page.goto(f"{deployment.base_url}/jobs/{job['id']}")
     page.wait_for_selector('svg.dag a.node[data-step="import"]')
+    assert _dag_states(page) == {"import": "queued"}
     navigations: list[str] = []
     page.on("framenavigated", lambda frame: navigations.append(frame.url) if frame == page.main_frame else None)
-
-    # When the steps run, the graph grows and its nodes change status without a reload
     seen: dict[str, list[str]] = {}
     progress: list[float] = []
-    deadline = time.monotonic() + 150
-    while True:
-        states = _dag_states(page)
-        for name, status in states.items():
-            if not seen.get(name) or seen[name][-1] != status:
-                seen.setdefault(name, []).append(status)
-        value = page.locator("#job-panel .progress-line progress").first.get_attribute("value")
-        if value is not None and len(states) == 3:  # the whole DAG known (the import adds the others)
-            progress.append(float(value))
-        finished = page.locator("#job-panel .summary .status").inner_text() == "succeeded"
-        if states.get("render") == "succeeded" and finished:
-            break
-        assert time.monotonic() < deadline, f"the pipeline never finished in the page: {seen}"
-        time.sleep(0.1)
+
+    def watch(until, timeout_s: float = 120) -> None:  # type: ignore[no-untyped-def]
+        """Record every node's status (and the workflow's progress once the whole DAG is known) until *until*."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            states = _dag_states(page)
+            for name, status in states.items():
+                if not seen.get(name) or seen[name][-1] != status:
+                    seen.setdefault(name, []).append(status)
+            value = page.locator("#job-panel .progress-line progress").first.get_attribute("value")
+            if value is not None and len(states) == 3:  # the import adds the others
+                progress.append(float(value))
+            if until(states):
+                return
+            assert time.monotonic() < deadline, f"the page never got there: {seen}"
+            time.sleep(0.1)
+
+    try:
+        # When the import runs, the graph grows live: the transcription it added runs, the render waits
+        deployment.api("POST", "/api/v1/queues/default/resume")
+        watch(lambda st: st.get("transcribe-0") == "succeeded" and st.get("render") == "queued")
+        # When the render's queue resumes, the render runs and the workflow finishes, all without a reload
+        deployment.api("POST", "/api/v1/queues/render/resume")
+        watch(
+            lambda st: (
+                st.get("render") == "succeeded"
+                and page.locator("#job-panel .summary .status").inner_text() == "succeeded"
+            )
+        )
+    finally:  # the other tests need the queues
+        for queue in ("default", "render"):
+            deployment.api("POST", f"/api/v1/queues/{queue}/resume")
     progress.append(float(page.locator("#job-panel .progress-line progress").first.get_attribute("value") or 0))
     assert navigations == [], navigations
+    assert seen["import"][0] == "queued" and seen["import"][-1] == "succeeded", seen
+    assert seen["render"][0] == "queued" and seen["render"][-1] == "succeeded", seen
     assert set(seen) == {"import", "transcribe-0", "render"}
-    assert len(seen["render"]) >= 2 and seen["render"][-1] == "succeeded", seen  # watched it move live
     # the workflow's progress moved while its steps ran, not only when one finished (k of 3 done): once
     # the import's extension shows (it drops from the import's own 0.95 when two more steps join) it only grows
     after_import = progress[next(i for i, p in enumerate(progress) if p < 0.9) :]
