@@ -172,3 +172,21 @@ def test_search_terms_with_a_nul_are_answered(client, alice, driver):  # type: i
         ][0]["summary"]
         == "first"
     )
+
+
+def test_qualifiers_and_the_filters_beside_them_all_hold(client, alice, driver):  # type: ignore[no-untyped-def]
+    queued = driver.submit(alice.user.owner_id, payload={"text": "a"}).id
+    failed = driver.submit(alice.user.owner_id, payload={"text": "b"}).id
+    driver.fail(failed)
+
+    def ids(**params: object) -> list[str]:
+        r = client.get("/api/v1/jobs", query_string=params, headers=alice.bearer)
+        assert r.status_code == 200, r.json
+        return [j["id"] for j in r.json["items"]]
+
+    # status= and status: both given: the statuses in both lists
+    assert ids(status=["failed", "queued"], q="status:failed") == [failed]
+    assert ids(kind="echo", q="kind:echo status:queued") == [queued]
+    for params in ({"status": "queued", "q": "status:failed"}, {"kind": "echo", "q": "kind:sleep"}):
+        r = client.get("/api/v1/jobs", query_string=params, headers=alice.bearer)
+        assert r.status_code == 400 and r.json["error"]["code"] == "invalid_search", params
