@@ -21,7 +21,7 @@ WINDOWS = {
     w.name: w
     for w in (
         Window("1h", "Last hour", 3600, 60, "%H:%M"),
-        Window("24h", "Last 24 hours", 86_400, 3600, "%H:%M"),
+        Window("24h", "Last 24 hours", 86_400, 3600, "%a %H:%M"),
         Window("7d", "Last 7 days", 7 * 86_400, 6 * 3600, "%a %H:%M"),
     )
 }

@@ -132,3 +132,15 @@ def test_charts_window_and_breakdown(client, root, driver):  # type: ignore[no-u
     assert api.status_code == 200
     assert {b["group"] for b in api.json if b["succeeded"] or b["failed"]} == {"default", "slow"}
     assert client.get("/api/v1/activity?window=2w", headers=root.bearer).status_code == 422
+
+
+def test_a_long_legend_wraps_and_stays_on_the_chart() -> None:
+    import re
+
+    from webapp.ui.charts import PAD, WIDTH, bar_chart
+
+    names = [f"queue-number-{i}" for i in range(12)]
+    svg = bar_chart("t", ["a"], [(n, f"g{i % 8}", [1]) for i, n in enumerate(names)])
+    xs = [float(x) for x in re.findall(r'<rect class="g\d" x="([\d.]+)" y="(?:4|16)"', svg)]
+    assert xs and max(xs) < WIDTH - PAD and "more</text>" in svg  # two rows, then "+N more"
+    assert set(re.findall(r'<rect class="g\d" x="[\d.]+" y="(\d+)" width="9"', svg)) == {"4", "16"}
