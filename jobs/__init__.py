@@ -12,11 +12,13 @@ from .context import JobContext, ResultTransaction
 from .control import CancelOutcome, CancelResult, cancel, retry, run_now
 from .current import current_job
 from .db import make_engine
+from .deletion import Deleted, delete_job
 from .errors import (
     CursorExpired,
     IdempotencyConflict,
     JobCancelled,
     JobError,
+    JobNotDeletable,
     JobNotFound,
     JobNotRetryable,
     JobStillExiting,
@@ -48,6 +50,9 @@ from .workflows import (
 )
 
 __all__ = [
+    "Deleted",
+    "JobNotDeletable",
+    "delete_job",
     "CursorExpired",
     "CancelOutcome",
     "Extension",

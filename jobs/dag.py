@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from typing import Protocol
 
 from . import store
 from .status import TERMINAL_STATUSES
@@ -27,10 +28,24 @@ def step_name(row: store.JobRow) -> str:
 
 def reused_steps(parent: store.JobRow) -> dict[str, str]:
     """Steps a retried workflow reuses: name → id of the succeeded step of the workflow it retries."""
-    return dict(json.loads(parent.config).get(REUSED_KEY, {}))
+    return reused_in(parent.config)
 
 
-def aggregate_progress(children: Sequence[store.JobRow], reused: int = 0) -> float:
+def reused_in(config: str) -> dict[str, str]:
+    """:func:`reused_steps` of a parent's config snapshot (its JSON text)."""
+    return dict(json.loads(config).get(REUSED_KEY, {}))
+
+
+class Progressing(Protocol):
+    """A step as its workflow's progress sees it (a job row, or :class:`jobs.store.StepProgress`)."""
+
+    @property
+    def status(self) -> str: ...
+    @property
+    def progress(self) -> float | None: ...
+
+
+def aggregate_progress(children: Sequence[Progressing], reused: int = 0) -> float:
     """The mean of the steps' progress, a finished step counting 1, and so does each of the *reused*
     steps a retry took over from the workflow it retries (they are part of this run, done already)."""
     if not children and not reused:

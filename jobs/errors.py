@@ -56,6 +56,10 @@ class JobStillExiting(JobNotRetryable):
     has exited."""
 
 
+class JobNotDeletable(JobError):
+    """Only finished jobs that no other job refers to can be deleted."""
+
+
 class CursorExpired(JobError):
     """Events after this change cursor were deleted by retention: resync from ``head``."""
 

@@ -34,7 +34,8 @@ _MAX_MS = 253_402_300_799_000
 class JobFilter:
     """Which jobs a list, a count or a bulk action is about; every field is optional.
 
-    ``search``: an id prefix, or a case-insensitive substring of the kind, resource, summary or error.
+    ``search``: an id prefix, or a case-insensitive substring of the kind, resource, summary or error;
+    several terms (a tuple): a job matches every one.
     ``owner_id``: for admins (an owner sees only their own jobs whatever this says).
     """
 
@@ -44,8 +45,10 @@ class JobFilter:
     owner_id: str | None = None
     created_after: datetime | None = None
     created_before: datetime | None = None
-    search: str | None = None
+    search: str | tuple[str, ...] | None = None
     parent_job_id: str | None = None
+    #: Only jobs that are no workflow step.
+    top_level: bool = False
 
 
 @dataclass(frozen=True)
@@ -66,7 +69,9 @@ def _dt(ms: int) -> datetime:
 def _scoped(where: JobFilter, owner_id: str, is_admin: bool) -> JobFilterSQL:
     for status in where.statuses:
         JobStatus(status)  # ValueError for an unknown one
-    search = (where.search or "").strip() or None
+    terms = (where.search,) if isinstance(where.search, str) else where.search or ()
+    # NUL ends an FTS5 query string ("unterminated string") and PostgreSQL text cannot hold one: dropped.
+    search = tuple(dict.fromkeys(t for t in (term.replace("\x00", "").strip() for term in terms) if t))
     return JobFilterSQL(
         owner_id=where.owner_id if is_admin else owner_id,
         statuses=tuple(dict.fromkeys(where.statuses)),
@@ -76,6 +81,7 @@ def _scoped(where: JobFilter, owner_id: str, is_admin: bool) -> JobFilterSQL:
         created_before=None if where.created_before is None else _ms(where.created_before),
         search=search,
         parent_job_id=where.parent_job_id,
+        top_level=where.top_level,
     )
 
 
@@ -153,6 +159,19 @@ def page_jobs(
         items = _records(conn, rows[:limit])
     more = len(rows) > limit
     return JobPage(items, encode_page_cursor(items[-1]) if more else None)
+
+
+def steps_of(
+    engine: Engine, parent_ids: list[str], *, owner_id: str, is_admin: bool = False
+) -> dict[str, list[JobRecord]]:
+    """The steps of each of the workflows *parent_ids* the caller may see (parent id → steps, oldest first);
+    jobs without steps are absent. At most :data:`MAX_LIMIT` parents."""
+    with db.read(engine) as conn:
+        rows = read_store.job_steps_of(conn, parent_ids[:MAX_LIMIT], None if is_admin else owner_id)
+    steps: dict[str, list[JobRecord]] = {}
+    for row in rows:
+        steps.setdefault(str(row.parent_job_id), []).append(JobRecord.from_row(row))
+    return steps
 
 
 def count_jobs(engine: Engine, where: JobFilter, *, owner_id: str, is_admin: bool = False) -> int:

@@ -6,7 +6,7 @@ bulk action see exactly the same jobs, at any table size:
 - statuses (one or several), kind, queue, owner, created range: plain predicates; a page is
   ``ORDER BY created_at DESC, id DESC`` after a ``(created_at, id)`` row-value cursor (an index range);
   with several statuses, the newest of each status merged (one index range per status);
-- text search: an id prefix, or a case-insensitive substring of kind, resource type/id, summary or
+- text search: each term an id prefix, or a case-insensitive substring of kind, resource type/id, summary or
   error text. SQLite: the ``jobs_search`` FTS5 trigram index (three characters or more; shorter
   strings, and on a page a term that many jobs match, are compared row by row); PostgreSQL:
   ``job_search`` with its ``pg_trgm`` index;
@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, bindparam, text
 
 from .status import TERMINAL_STATUSES
 from .store import JOB_COLUMNS, JobRow, _job
@@ -54,8 +54,11 @@ class JobFilterSQL:
     queue: str | None = None
     created_after: int | None = None
     created_before: int | None = None
-    search: str | None = None
+    #: Text search terms; a job matches when it matches every one of them.
+    search: tuple[str, ...] = ()
     parent_job_id: str | None = None
+    #: Only jobs that are no workflow step (a grouped list shows the steps under their workflow).
+    top_level: bool = False
 
 
 def _status_terms(sqlite: bool, f: JobFilterSQL, placeholders: list[str]) -> list[str]:
@@ -92,14 +95,16 @@ def _where(conn: Connection, f: JobFilterSQL, *, listing: bool = False) -> tuple
     if f.parent_job_id is not None:
         where.append("parent_job_id = :parent")
         params["parent"] = f.parent_job_id
+    if f.top_level:
+        where.append("parent_job_id IS NULL")
     if f.created_after is not None:
         where.append("created_at >= :created_after")
         params["created_after"] = f.created_after
     if f.created_before is not None:
         where.append("created_at < :created_before")
         params["created_before"] = f.created_before
-    if f.search:
-        clause, search_params = _search(conn, f.search, walk=listing and _common(conn, f.search))
+    for n, term in enumerate(f.search):
+        clause, search_params = _search(conn, term, f"t{n}_", walk=listing and _common(conn, term))
         where.append(clause)
         params.update(search_params)
     return where or ["1 = 1"], params
@@ -127,9 +132,10 @@ def _common(conn: Connection, q: str) -> bool:
     return int(found) >= enough
 
 
-def _search(conn: Connection, q: str, *, walk: bool = False) -> tuple[str, dict[str, Any]]:
-    """An id prefix, or a substring of the searched fields (see the module docstring). *walk*: compare
-    each row instead of asking the FTS index (SQLite; for a term :func:`_common` found common)."""
+def _search(conn: Connection, q: str, p: str, *, walk: bool = False) -> tuple[str, dict[str, Any]]:
+    """An id prefix, or a substring of the searched fields (see the module docstring); the parameter
+    names start with *p* (one term's names differ from another's). *walk*: compare each row instead of
+    asking the FTS index (SQLite; for a term :func:`_common` found common)."""
     sqlite = conn.dialect.name == "sqlite"
     params: dict[str, Any] = {}
     terms: list[str] = []
@@ -137,27 +143,27 @@ def _search(conn: Connection, q: str, *, walk: bool = False) -> tuple[str, dict[
     by_id = _HEX.fullmatch(prefix) is not None
     if by_id:
         # ids are lower-case hex: a prefix is an index range of the primary key
-        params["id_lo"], params["id_hi"] = prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1)
+        params[f"{p}id_lo"], params[f"{p}id_hi"] = prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1)
         if sqlite:
-            terms.append("(id >= :id_lo AND id < :id_hi)")
+            terms.append(f"(id >= :{p}id_lo AND id < :{p}id_hi)")
     if sqlite:
         if len(q) >= TRIGRAM and not walk:
-            terms.append("rowid IN (SELECT rowid FROM jobs_search WHERE jobs_search MATCH :fts)")
-            params["fts"] = _fts(q)
+            terms.append(f"rowid IN (SELECT rowid FROM jobs_search WHERE jobs_search MATCH :{p}fts)")
+            params[f"{p}fts"] = _fts(q)
         else:
             fields = " || char(10) || ".join(
                 f"coalesce({c}, '')" for c in ("kind", "resource_type", "resource_id", "summary", "error")
             )
-            terms.append(f"instr(lower({fields}), :needle) > 0")
-            params["needle"] = q.lower()
+            terms.append(f"instr(lower({fields}), :{p}needle) > 0")
+            params[f"{p}needle"] = q.lower()
     else:
         # One set of ids from both sources: "id range OR id IN (…)" made PostgreSQL walk every job
         # newest first testing both (1 s for a 4-digit prefix at 1M jobs; bench/queries_bench.py).
-        sources = ["SELECT job_id FROM job_search WHERE body LIKE :like"]
+        sources = [f"SELECT job_id FROM job_search WHERE body LIKE :{p}like"]
         if by_id:
-            sources.append("SELECT id FROM jobs WHERE id >= :id_lo AND id < :id_hi")
+            sources.append(f"SELECT id FROM jobs WHERE id >= :{p}id_lo AND id < :{p}id_hi")
         terms.append(f"id IN ({' UNION ALL '.join(sources)})")
-        params["like"] = "%" + re.sub(r"([\\%_])", r"\\\1", q.lower()) + "%"
+        params[f"{p}like"] = "%" + re.sub(r"([\\%_])", r"\\\1", q.lower()) + "%"
     return "(" + " OR ".join(terms) + ")", params
 
 
@@ -191,6 +197,18 @@ def job_list(conn: Connection, f: JobFilterSQL, *, before: tuple[int, str] | Non
             arms.append(f"SELECT * FROM (SELECT {JOB_COLUMNS} FROM jobs WHERE {terms} {_NEWEST}) AS a{i}")
         sql = f"SELECT * FROM ({' UNION ALL '.join(arms)}) AS u {_NEWEST}"
     return [r for r in map(_job, conn.execute(text(sql), params).fetchall()) if r is not None]
+
+
+def job_steps_of(conn: Connection, parent_ids: list[str], owner_id: str | None) -> list[JobRow]:
+    """The steps of the workflows *parent_ids* (of *owner_id*'s jobs if given), oldest first."""
+    if not parent_ids:
+        return []
+    owner = " AND owner_id = :owner" if owner_id is not None else ""
+    sql = f"SELECT {JOB_COLUMNS} FROM jobs WHERE parent_job_id IN :parents{owner} ORDER BY created_at, id"
+    rows = conn.execute(
+        text(sql).bindparams(bindparam("parents", expanding=True)), {"parents": parent_ids, "owner": owner_id}
+    ).fetchall()
+    return [r for r in map(_job, rows) if r is not None]
 
 
 def job_count(conn: Connection, f: JobFilterSQL) -> int:

@@ -1,4 +1,5 @@
-"""All SQL of retention pruning (:mod:`jobs.retention`): finding, verifying and deleting old rows.
+"""All SQL of retention pruning (:mod:`jobs.retention`) and of a user's deletion of a finished job
+(:mod:`jobs.deletion`): finding, verifying and deleting old rows.
 
 Tables touched (``jobs/models.py``; foreign keys from ``migrations/versions/0001_initial.py``):
 

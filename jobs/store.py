@@ -35,7 +35,7 @@ import re
 import sqlite3
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, bindparam, text
 
@@ -703,14 +703,35 @@ def job_workflow_finish(
     )
 
 
-def job_workflow_progress(conn: Connection, parent_id: str, fraction: float, now: int) -> None:
-    conn.execute(
-        _q(
-            "UPDATE jobs SET progress = :fraction, updated_at = :now "
-            "WHERE id = :id AND status = 'running' AND worker_id = :worker"
-        ),
+def job_workflow_progress(conn: Connection | sqlite3.Connection, parent_id: str, fraction: float, now: int) -> None:
+    _exec(
+        conn,
+        "UPDATE jobs SET progress = :fraction, updated_at = :now "
+        "WHERE id = :id AND status = 'running' AND worker_id = :worker",
         {"id": parent_id, "fraction": fraction, "now": now, "worker": WORKFLOW_WORKER},
     )
+
+
+def job_workflow_config_for_update(conn: Connection | sqlite3.Connection, parent_id: str) -> str | None:
+    """The config of *parent_id* if it is a running workflow parent, row-locked on PostgreSQL (else None)."""
+    row = _exec(
+        conn,
+        "SELECT config FROM jobs WHERE id = :id AND status = 'running' AND worker_id = :worker" + _for_update(conn),
+        {"id": parent_id, "worker": WORKFLOW_WORKER},
+    ).fetchone()
+    return None if row is None else str(row[0])
+
+
+class StepProgress(NamedTuple):
+    """A workflow step's status and progress (what its parent's progress is the mean of)."""
+
+    status: str
+    progress: float | None
+
+
+def job_children_progress(conn: Connection | sqlite3.Connection, parent_id: str) -> list[StepProgress]:
+    rows = _exec(conn, "SELECT status, progress FROM jobs WHERE parent_job_id = :p", {"p": parent_id}).fetchall()
+    return [StepProgress(str(r[0]), None if r[1] is None else float(r[1])) for r in rows]
 
 
 def job_workflow_parent_id(conn: Connection, job_id: str) -> str | None:

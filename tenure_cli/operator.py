@@ -79,7 +79,12 @@ def add_parsers(sub: Any) -> None:
     listing.add_argument("--owner", help="only the jobs of this user (a user name; admins only)")
     listing.add_argument("--created-after", metavar="ISO8601", help="created at or after (with offset)")
     listing.add_argument("--created-before", metavar="ISO8601", help="created before (with offset)")
-    listing.add_argument("--search", metavar="TEXT", help="text in id, kind, error, progress message, resource")
+    listing.add_argument(
+        "--search",
+        metavar="QUERY",
+        help='the search box: words, "phrases" (id, kind, summary, error) and kind: status: owner: queue: parent:',
+    )
+    listing.add_argument("--parent", metavar="JOB_ID", help="only the steps of this workflow")
     listing.add_argument("--cursor", help="continue a listing from this cursor")
     _add_limit(listing, 50, "jobs", JOBS_PAGE_MAX)
     _leaf(jobs_sub, "show", jobs_show, "one job").add_argument("job_id")
@@ -93,6 +98,7 @@ def add_parsers(sub: Any) -> None:
         "job_id"
     )
     _leaf(jobs_sub, "run-now", jobs_run_now, "start a delayed or backing-off job now (admin)").add_argument("job_id")
+    _leaf(jobs_sub, "delete", jobs_delete, "delete a finished job (a workflow with its steps)").add_argument("job_id")
 
     queues = sub.add_parser("queues", help="queue depth, lag, pause and resume (admin)")
     queues_sub = queues.add_subparsers(dest="queues_command", required=True)
@@ -177,10 +183,13 @@ JOB_COLUMNS = [
     Column("ATTEMPT", lambda j: f"{j['attempt']}/{j['max_attempts']}"),
     Column("PROGRESS", lambda j: None if j.get("progress") is None else f"{j['progress']:.0%}"),
     Column("CREATED", lambda j: when(j["created_at"])),
+    # Last: a summary has spaces (a folder, a clip window), the columns before it do not.
+    Column("SUMMARY", lambda j: j.get("summary")),
 ]
 JOB_FIELDS: list[tuple[str, Callable[[dict[str, Any]], Any]]] = [
     ("id", lambda j: j["id"]),
     ("kind", lambda j: j["kind"]),
+    ("summary", lambda j: j.get("summary")),
     ("status", lambda j: j["status"]),
     ("queue", lambda j: j["queue"]),
     ("owner", lambda j: j["owner"]),
@@ -195,6 +204,7 @@ JOB_FIELDS: list[tuple[str, Callable[[dict[str, Any]], Any]]] = [
     ("error", lambda j: j.get("error")),
     ("result", lambda j: j.get("result")),
     ("retry of", lambda j: j.get("retry_of_job_id")),
+    ("step of", lambda j: j.get("parent_job_id")),
     ("files", lambda j: ", ".join(j.get("files") or ()) or None),
     ("can cancel", lambda j: "yes" if j.get("can_cancel") else "no"),
     ("can retry", lambda j: "yes" if j.get("can_retry") else "no"),
@@ -214,6 +224,7 @@ def jobs_list(remote: Remote, args: argparse.Namespace, out: Output) -> int:
         "created_after": args.created_after,
         "created_before": args.created_before,
         "q": args.search,
+        "parent": args.parent,
         "cursor": args.cursor,
     }
     params = {k: v for k, v in params.items() if v is not None}
@@ -323,6 +334,13 @@ def jobs_retry(remote: Remote, args: argparse.Namespace, out: Output) -> int:
 def jobs_run_now(remote: Remote, args: argparse.Namespace, out: Output) -> int:
     job = remote.post(_job_path(args.job_id, "run-now"))
     out.done(job, f"{job['id']} may start now ({job['status']})")
+    return EXIT_OK
+
+
+def jobs_delete(remote: Remote, args: argparse.Namespace, out: Output) -> int:
+    answer = remote.call("DELETE", _job_path(args.job_id))
+    steps = len(answer["deleted"]) - 1
+    out.done(answer, f"deleted {args.job_id}" + (f" and its {steps} step(s)" if steps else ""))
     return EXIT_OK
 
 

@@ -69,6 +69,44 @@ class AttemptView:
     error: str | None = None
     host: str | None = None
 
+    @property
+    def can_delete(self) -> bool:
+        """Finished and no workflow step (a step goes with its workflow). A job another one refers to
+        (its retry) may still be refused."""
+        return self.status in TERMINAL and self.parent_job_id is None
+
+
+@dataclass(frozen=True)
+class StepView:
+    """One step of a workflow: its name, its job, the steps it runs after, and whether it was reused
+    (a retried workflow's step that had succeeded in the workflow it retries)."""
+
+    name: str
+    job: JobView
+    depends_on: tuple[str, ...] = ()
+    reused: bool = False
+
+
+@dataclass(frozen=True)
+class WorkflowView:
+    """A workflow's DAG: its steps in creation order."""
+
+    steps: tuple[StepView, ...]
+
+    @property
+    def failed(self) -> tuple[StepView, ...]:
+        """The steps that ended failed or interrupted (what the workflow's failure names)."""
+        return tuple(s for s in self.steps if s.job.status in ("failed", "interrupted"))
+
+
+@dataclass(frozen=True)
+class Cue:
+    """One line of a transcript: shown from ``start_s`` to ``end_s`` (seconds)."""
+
+    start_s: float
+    end_s: float
+    text: str
+
 
 @dataclass(frozen=True)
 class EventView:
@@ -137,8 +175,11 @@ class JobQuery:
     owner_id: str | None = None
     created_after: datetime | None = None
     created_before: datetime | None = None
-    search: str | None = None
+    #: Text search: one term, or several that a job must all match.
+    search: str | tuple[str, ...] | None = None
     parent_job_id: str | None = None
+    #: Only jobs that are no workflow step (the list grouped by workflow).
+    top_level: bool = False
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import logging
 import random
+import shutil
 import threading
 import time
 from collections import deque
@@ -31,15 +32,18 @@ from jobs.queries import (
     changes_after,
     count_jobs,
     page_jobs,
+    steps_of,
 )
 from jobs.registry import Registry
 from jobs.registry import registry as default_registry
+from tasks.domain.media.subtitles import parse_srt
 
 from .errors import Conflict, Invalid, JobNotFoundError, NotFound
 from .gateway import (
     TERMINAL,
     ActivityBucket,
     AttemptView,
+    Cue,
     CursorExpired,
     EventView,
     FieldSpec,
@@ -50,6 +54,8 @@ from .gateway import (
     Notice,
     Page,
     ScheduleView,
+    StepView,
+    WorkflowView,
 )
 
 logger = logging.getLogger(__name__)
@@ -65,6 +71,7 @@ def _filter(scope: str | None, q: JobQuery) -> JobFilter:
         created_before=q.created_before,
         search=q.search,
         parent_job_id=q.parent_job_id,
+        top_level=q.top_level,
     )
 
 
@@ -219,6 +226,20 @@ class JobLayerGateway:
             raise Conflict("The job is not waiting: only a queued job with a delay or a retry backoff can run now.")
         return self.get(scope, job_id)
 
+    def delete(self, scope: str | None, job_id: str, *, by: str) -> list[str]:
+        """Delete a finished job (a workflow with its steps) and its output files; returns the ids deleted.
+        Conflict (with the reason) when it may not go yet."""
+        try:
+            deleted = joblayer.delete_job(self.engine, job_id, by=scope or by, is_admin=scope is None)
+        except joblayer.JobNotFound:
+            raise JobNotFoundError() from None
+        except joblayer.JobNotDeletable as exc:
+            raise Conflict(str(exc)) from None
+        for deleted_id in deleted.job_ids:
+            # The files are reachable only through their job: with it gone, nothing could read them.
+            shutil.rmtree(self._output_dir(deleted_id), ignore_errors=True)
+        return list(deleted.job_ids)
+
     # -- lists ---------------------------------------------------------------------------------
     def list_jobs(self, scope: str | None, query: JobQuery, *, cursor: str | None, limit: int) -> Page:
         """A full page of matching jobs (short only when it is the last), newest first."""
@@ -234,6 +255,31 @@ class JobLayerGateway:
         except ValueError as exc:
             raise Invalid(str(exc).capitalize() + ".", details={"cursor": [str(exc)]}) from None
         return Page([self._view(r) for r in page.items], page.next_cursor)
+
+    def steps_of(self, scope: str | None, parent_ids: list[str]) -> dict[str, list[JobView]]:
+        """The steps of each workflow among *parent_ids* (parent id → steps, oldest first)."""
+        found = steps_of(self.engine, parent_ids, owner_id=scope or "", is_admin=scope is None)
+        return {parent: [self._view(r) for r in records] for parent, records in found.items()}
+
+    def workflow(self, scope: str | None, job_id: str) -> WorkflowView | None:
+        """The DAG of the workflow *job_id* (None when the job has no steps)."""
+        try:
+            graph = joblayer.workflow_graph(self.engine, job_id, owner_id=scope or "", is_admin=scope is None)
+        except joblayer.JobNotFound:
+            raise JobNotFoundError() from None
+        if not graph:
+            return None
+        steps = sorted(graph.values(), key=lambda s: (s.job.created_at, s.job.id))
+        return WorkflowView(tuple(StepView(s.name, self._view(s.job), s.depends_on, s.reused) for s in steps))
+
+    def transcript(self, scope: str | None, job_id: str, name: str) -> list[Cue]:
+        """The cues of one of the job's SRT files (lenient: blocks without a time line are skipped)."""
+        path = self.output_file(scope, job_id, name)
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return []
+        return [Cue(c.start_s, c.end_s, c.text) for c in parse_srt(text)]
 
     def count_jobs(self, scope: str | None, query: JobQuery) -> int:
         """How many jobs match, exactly."""

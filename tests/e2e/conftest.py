@@ -118,6 +118,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
         "TENURE_WEB_UI_POLL_S": "30",
         "TENURE_WEB_LIVE_POLL_S": "0.2",
         "TENURE_JOB_LEASE_TTL_S": "5",
+        "TENURE_IMPORT_ROOTS": str(tmp / "recordings"),
         "PORT": str(port),
         "TENURE_WEB_WORKERS": "2",
         "TENURE_WEB_THREADS": "16",
@@ -161,3 +162,15 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
         for proc in dep.procs:
             _stop(proc)
         shutil.rmtree(tmp / "outputs", ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """One Chromium per test module (Debian's, driven by Playwright)."""
+    playwright_api = pytest.importorskip("playwright.sync_api")
+    if not Path(CHROMIUM).exists():
+        pytest.skip("chromium is not installed (scripts/install_browser.sh)")
+    with playwright_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-background-networking"])
+        yield b
+        b.close()

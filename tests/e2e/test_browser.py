@@ -13,62 +13,14 @@ written only when they look different (tests/e2e/screenshots.py). No console err
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from . import screenshots
-from .conftest import CHROMIUM, Deployment
+from .browsing import Session, _wait_until
+from .conftest import Deployment
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
-playwright_api = pytest.importorskip("playwright.sync_api")
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator:  # type: ignore[type-arg]
-    if not Path(CHROMIUM).exists():
-        pytest.skip("chromium is not installed (scripts/install_browser.sh)")
-    with playwright_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-background-networking"])
-        yield b
-        b.close()
-
-
-class Session:
-    """One logged-in browser page that records console errors."""
-
-    def __init__(self, browser, dep: Deployment, who: str, *, width: int = 1280, height: int = 860) -> None:  # type: ignore[no-untyped-def]
-        self.dep = dep
-        self.browser = browser
-        self.context = browser.new_context(viewport={"width": width, "height": height})
-        self.page = self.context.new_page()
-        self.page.set_default_timeout(15_000)
-        self.errors: list[str] = []
-        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
-        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
-        name, password = dep.admin if who == "admin" else dep.user
-        self.page.goto(dep.base_url + "/login")
-        self.page.fill("#username", name)
-        self.page.fill("#password", password)
-        self.page.click("button[type=submit]")
-        self.page.wait_for_url("**/jobs")
-        self.page.wait_for_selector("#live-state.on")  # the live feed is connected
-
-    def shot(self, name: str) -> None:
-        screenshots.save(self.browser, self.page, name, full_page=True)
-
-    def close(self) -> None:
-        self.context.close()
-        assert self.errors == [], self.errors
-
-
-def _wait_until(predicate, timeout_s: float = 15.0) -> None:  # type: ignore[no-untyped-def]
-    """Poll the page from Python (the app's CSP forbids the eval that wait_for_function needs)."""
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "condition never became true"
-        time.sleep(0.05)
 
 
 def test_login_page_and_keyboard(browser, deployment: Deployment) -> None:  # type: ignore[no-untyped-def]

@@ -8,6 +8,7 @@ from flask import jsonify, send_file
 from flask.views import MethodView
 from werkzeug.datastructures import FileStorage
 
+from .. import job_search
 from ..auth import api_guard, require_identity
 from ..bulk import bulk_apply
 from ..errors import Forbidden, JobNotFoundError
@@ -23,6 +24,7 @@ from .schemas import (
     BulkResultSchema,
     BulkSchema,
     CancelResultSchema,
+    DeletedSchema,
     EventPageSchema,
     EventsQuerySchema,
     IdempotencyHeaderSchema,
@@ -47,20 +49,22 @@ def _job_id(job_id: str) -> str:
 
 
 def query_from(args: dict[str, Any]) -> JobQuery:
-    """A :class:`JobQuery` from validated filter arguments; ``owner`` (a user name) only for admins."""
+    """A :class:`JobQuery` from validated filter arguments and the search grammar of ``q``
+    (:mod:`webapp.job_search`); ``owner`` (a user name) only for admins."""
     identity = require_identity()
     owner = args.get("owner")
     if owner and not identity.is_admin:
         raise Forbidden("Only admins may filter by owner.")
-    return JobQuery(
+    query = JobQuery(
         statuses=tuple(args.get("status") or ()),
         kind=args.get("kind") or None,
         queue=args.get("queue") or None,
         owner_id=owner_filter(owner) if owner else None,
         created_after=args.get("created_after"),
         created_before=args.get("created_before"),
-        search=(args.get("q") or "").strip() or None,
+        parent_job_id=args.get("parent") or None,
     )
+    return job_search.apply(job_search.parse(args.get("q") or ""), query, identity, services().engine)
 
 
 @blp.route("/kinds")
@@ -116,6 +120,16 @@ class JobById(MethodView):
     def get(self, job_id: str):
         """One job (404 when missing or not yours)."""
         return services().jobs.get(require_identity().scope, _job_id(job_id))
+
+    @blp.response(200, DeletedSchema)
+    @blp.alt_response(409, schema=None, description="the job has not finished, is a workflow step, or is referred to")
+    def delete(self, job_id: str):
+        """Delete a finished job (a workflow with its steps), its events and files: its owner or an admin.
+
+        A job that is queued or running, a step of a workflow (delete the workflow) or a job another
+        job refers to (its retry) answers 409 with the reason; another user's job 404, like a missing one."""
+        identity = require_identity()
+        return {"deleted": services().jobs.delete(identity.scope, _job_id(job_id), by=identity.user.owner_id)}
 
 
 @blp.route("/jobs/<job_id>/cancel")

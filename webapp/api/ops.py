@@ -12,6 +12,7 @@ from marshmallow import fields, validate
 from broker import DeadMatch
 
 from .. import dead_letters, operations
+from ..activity_windows import WINDOWS
 from ..auth import api_guard, require_admin
 from ..errors import JobNotFoundError, NotFound, Unavailable
 from ..services import services
@@ -255,6 +256,9 @@ class Activity(MethodView):
     @blp.arguments(ActivityQuerySchema, location="query")
     @blp.response(200, ActivityBucketSchema(many=True))
     def get(self, args):
-        """Finished jobs per minute (throughput, failures, latency) over the last ``minutes``."""
-        since = datetime.now(UTC) - timedelta(minutes=args["minutes"])
-        return services().jobs.activity(None, since=since, bucket_s=60)
+        """Finished jobs per bucket (throughput, failures, latency) over a ``window`` or the last ``minutes``,
+        by queue or kind with ``group_by``."""
+        window = WINDOWS.get(args.get("window", ""))
+        span_s, bucket_s = (window.span_s, window.bucket_s) if window else (args.get("minutes", 60) * 60, 60)
+        since = datetime.now(UTC) - timedelta(seconds=span_s)
+        return services().jobs.activity(None, since=since, bucket_s=bucket_s, group_by=args.get("group_by"))

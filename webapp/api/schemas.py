@@ -9,6 +9,7 @@ from __future__ import annotations
 import marshmallow as ma
 from marshmallow import fields, validate
 
+from ..activity_windows import GROUPS, WINDOWS
 from ..gateway import STATUSES
 from ..owners import event_data, owner_name, prefetch_owner_names
 from ..uploads import MAX_FILES
@@ -100,6 +101,9 @@ class JobSchema(ma.Schema):
             "until it has"
         },
     )
+    can_delete = fields.Boolean(
+        required=True, metadata={"description": "finished and no workflow step: `DELETE` may remove it"}
+    )
 
 
 class JobPageSchema(ma.Schema):
@@ -147,7 +151,18 @@ class JobFilterSchema(ma.Schema):
     )
     created_after = fields.AwareDateTime(default_timezone=None)
     created_before = fields.AwareDateTime(default_timezone=None)
-    q = fields.String(validate=validate.Length(max=200), metadata={"description": "text search (id, kind, error)"})
+    parent = fields.String(
+        validate=validate.Length(max=ID_MAX), metadata={"description": "a workflow's id: list its steps"}
+    )
+    q = fields.String(
+        validate=validate.Length(max=500),
+        metadata={
+            "description": "the search box: qualifiers `kind:` `status:` (may repeat) `owner:` (a user name) "
+            '`queue:` `parent:` and text (words and "quoted phrases", each an id prefix or a substring of '
+            "the kind, summary or error; a job matches all). An unknown qualifier or status: 400",
+            "example": 'kind:import_recording status:succeeded "session-2026"',
+        },
+    )
 
 
 class JobListQuerySchema(JobFilterSchema):
@@ -177,6 +192,12 @@ class BulkResultSchema(ma.Schema):
     affected = fields.Integer(required=True, metadata={"description": "jobs the action changed (0 on a dry run)"})
     skipped = fields.Integer(required=True, metadata={"description": "matching jobs the action does not apply to"})
     job_ids = fields.List(fields.String(), required=True, metadata={"description": "changed (or new, for retry)"})
+
+
+class DeletedSchema(ma.Schema):
+    deleted = fields.List(
+        fields.String(), required=True, metadata={"description": "the job's id, then its steps' (a workflow)"}
+    )
 
 
 class CancelResultSchema(ma.Schema):
@@ -460,17 +481,31 @@ class ActivityQuerySchema(ma.Schema):
     class Meta:
         unknown = ma.EXCLUDE
 
-    minutes = fields.Integer(load_default=60, validate=validate.Range(min=5, max=24 * 60))
+    minutes = fields.Integer(
+        validate=validate.Range(min=5, max=24 * 60),
+        metadata={"description": "the last this many minutes, per minute (default 60; ignored with `window`)"},
+    )
+    window = fields.String(
+        validate=validate.OneOf(tuple(WINDOWS)),
+        metadata={"description": "1h (per minute), 24h (per hour) or 7d (per 6 hours)"},
+    )
+    group_by = fields.String(
+        validate=validate.OneOf(GROUPS), metadata={"description": "one bucket per time and queue or kind"}
+    )
 
 
 class ActivityBucketSchema(ma.Schema):
     start = fields.DateTime(required=True)
+    group = fields.String(allow_none=True, metadata={"description": "the queue or kind (with `group_by`)"})
     succeeded = fields.Integer(required=True)
-    failed = fields.Integer(required=True)
+    failed = fields.Integer(required=True, metadata={"description": "failed and interrupted"})
     cancelled = fields.Integer(required=True)
     wait_p50_s = fields.Float(allow_none=True)
     run_p50_s = fields.Float(allow_none=True)
-    run_p95_s = fields.Float(allow_none=True)
+    run_p95_s = fields.Float(
+        allow_none=True, metadata={"description": "nearest-rank: one of the run times, never above `run_max_s`"}
+    )
+    run_max_s = fields.Float(allow_none=True)
 
 
 class ComponentSchema(ma.Schema):

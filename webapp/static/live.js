@@ -1,6 +1,7 @@
 // Live updates for the UI: one WebSocket to /api/v1/live (session cookie; the server checks Origin).
-// Each notice names a job; every element on the page with data-live-job="<id>" is re-fetched from
-// its data-live-src (a server-rendered partial) and swapped in. A resync refreshes everything.
+// Each notice names a job; every element on the page with data-live-job="<id>" (or data-live-jobs
+// listing it) is re-fetched from its data-live-src (a server-rendered partial) and swapped in. A
+// resync refreshes everything.
 // Without the feed (refused, proxy, offline) the page polls every data-poll-s seconds instead.
 (function () {
   "use strict";
@@ -45,7 +46,9 @@
   }
 
   function onNotice(m) {
-    const els = document.querySelectorAll('[data-live-job="' + CSS.escape(m.job_id) + '"]');
+    // data-live-jobs lists several ids (a workflow's section: the workflow and every step).
+    const id = CSS.escape(m.job_id);
+    const els = document.querySelectorAll('[data-live-job="' + id + '"], [data-live-jobs~="' + id + '"]');
     els.forEach(swap);
     if (els.length === 0) refreshList();
   }

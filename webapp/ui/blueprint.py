@@ -64,6 +64,20 @@ def _span(seconds: float | None) -> str:
     return f"{seconds:g} s"
 
 
+@bp.app_template_filter("tail")
+def _tail(text: str, chars: int = 60) -> str:
+    """*text*, its beginning elided when too long: a summary's end tells jobs apart (a folder's name)."""
+    return text if len(text) <= chars else "…" + text[-(chars - 1) :]
+
+
+@bp.app_template_filter("clock")
+def _clock(seconds: float) -> str:
+    """A position in a recording: ``m:ss.s`` (``h:mm:ss.s`` from an hour on)."""
+    minutes, secs = divmod(max(0.0, seconds), 60)
+    hours, minutes = divmod(int(minutes), 60)
+    return f"{hours}:{minutes:02d}:{secs:04.1f}" if hours else f"{minutes}:{secs:04.1f}"
+
+
 @bp.app_template_filter("ts")
 def _ts(value: datetime | None) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%S UTC") if value else "—"

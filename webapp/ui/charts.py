@@ -8,6 +8,8 @@ from html import escape
 from markupsafe import Markup
 
 WIDTH, HEIGHT, PAD = 600, 160, 28
+#: Series colours of a chart broken down by queue or kind (classes ``g0`` … in app.css).
+GROUP_COLOURS = 8
 
 
 def bar_chart(
@@ -48,9 +50,13 @@ def line_chart(
             for i, v in enumerate(values)
             if v is not None
         ]
-        for point in points:  # a single point would be an invisible line
+        shown = [(labels[i], v) for i, v in enumerate(values) if v is not None]
+        for point, (label, value) in zip(points, shown, strict=True):  # a single point would be an invisible line
             x, y = point.split(",")
-            parts.append(f'<circle class="{css}" cx="{x}" cy="{y}" r="2.5"/>')
+            parts.append(
+                f'<circle class="{css}" cx="{x}" cy="{y}" r="2.5">'
+                f"<title>{escape(label)} {escape(name)}: {value:g}{escape(unit)}</title></circle>"
+            )
         if len(points) > 1:
             parts.append(
                 f'<polyline class="{css}" fill="none" points="{" ".join(points)}">'
@@ -78,14 +84,26 @@ def _x_labels(labels: Sequence[str]) -> str:
     )
 
 
+#: Width of a legend character at the ticks' 11 px, generously (the legend must not run off the chart).
+LEGEND_CHAR_W = 6.5
+
+
 def _legend(items: Sequence[tuple[str, str]]) -> str:
-    out, x = [], PAD
-    for name, css in items:
+    """The series' names above the chart, in two rows at most (a queue or kind breakdown has many)."""
+    out, x, row = [], float(PAD), 0
+    for i, (name, css) in enumerate(items):
+        width = 14 + LEGEND_CHAR_W * len(name) + 12
+        if x + width > WIDTH - PAD and x > PAD:
+            row, x = row + 1, float(PAD)
+        if row == 2:
+            out.append(f'<text class="tick" x="{WIDTH - PAD}" y="25" text-anchor="end">+{len(items) - i} more</text>')
+            break
+        y = 4 + 12 * row
         out.append(
-            f'<rect class="{css}" x="{x}" y="4" width="10" height="10"/>'
-            f'<text class="tick" x="{x + 14}" y="13">{escape(name)}</text>'
+            f'<rect class="{css}" x="{x:.0f}" y="{y}" width="9" height="9"/>'
+            f'<text class="tick" x="{x + 13:.0f}" y="{y + 9}">{escape(name)}</text>'
         )
-        x += 14 + 8 * len(name) + 16
+        x += width
     return "".join(out)
 
 

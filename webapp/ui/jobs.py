@@ -3,20 +3,24 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import PurePath
 from typing import Any
 
 from flask import flash, g, make_response, redirect, render_template, request, send_file, session, url_for
 
 import accounts
 
+from .. import job_search
 from ..bulk import bulk_apply
-from ..errors import ApiError, Conflict, Invalid, JobNotFoundError
-from ..gateway import STATUSES, JobQuery
+from ..errors import ApiError, Conflict, Forbidden, Invalid, JobNotFoundError, NotFound
+from ..gateway import STATUSES, JobQuery, JobView, Page
+from ..job_search import SearchInvalid
 from ..owners import owner_filter, prefetch_owner_names
 from ..services import services
 from ..uploads import UPLOAD_KIND, UploadTooLarge, upload_max_bytes
 from ..uploads import store as store_upload
 from .blueprint import PAGE_SIZE, bp
+from .dag import dag_svg
 from .forms import EmptyForm, TokenForm, payload_from, submit_form_for
 
 
@@ -25,7 +29,12 @@ def _is_htmx() -> bool:
 
 
 def _filters(args: Any = None) -> tuple[JobQuery, dict[str, Any]]:
-    """The list filters from the query string (or a form); invalid values are dropped, never a 500."""
+    """The list filters from the query string (or a form) and the search box's qualifiers
+    (:mod:`webapp.job_search`); invalid values are dropped, never a 500.
+
+    Raises:
+      SearchInvalid, Forbidden: The search box cannot be understood (the page shows why).
+    """
     args = request.args if args is None else args
     statuses = tuple(s for s in args.getlist("status") if s in STATUSES)
     created_after = _parse_dt(args.get("created_after"))
@@ -39,18 +48,20 @@ def _filters(args: Any = None) -> tuple[JobQuery, dict[str, Any]]:
         owner_id=owner_id,
         created_after=created_after,
         created_before=created_before,
-        search=(args.get("q") or "").strip()[:200] or None,
+        top_level=args.get("group") == "1",
     )
+    q = (args.get("q") or "").strip()[: job_search.MAX_QUERY_CHARS]
     shown = {
         "status": statuses,
         "kind": query.kind or "",
         "queue": query.queue or "",
         "owner": owner,
-        "q": query.search or "",
+        "q": q,
+        "group": query.top_level,
         "created_after": args.get("created_after", "") if created_after else "",
         "created_before": args.get("created_before", "") if created_before else "",
     }
-    return query, shown
+    return job_search.apply(job_search.parse(q), query, g.identity, services().engine), shown
 
 
 def _parse_dt(raw: str | None) -> datetime | None:
@@ -70,11 +81,21 @@ def index():
 
 @bp.route("/jobs")
 def jobs():
-    query, shown = _filters()
-    cursor = request.args.get("cursor") or None
-    page = services().jobs.list_jobs(g.identity.scope, query, cursor=cursor, limit=PAGE_SIZE)
-    if g.identity.is_admin:  # the owner column: every name of the page in one query
-        prefetch_owner_names(j.owner_id for j in page.items)
+    search_error = None
+    try:
+        query, shown = _filters()
+    except (SearchInvalid, Forbidden) as exc:
+        # The list shows the reason and no jobs: a list that ignored part of the search would mislead.
+        search_error = exc.message
+        shown = {"q": request.args.get("q", "")[: job_search.MAX_QUERY_CHARS], "status": (), "group": False}
+        shown |= {key: "" for key in ("kind", "queue", "owner", "created_after", "created_before")}
+        page, steps = Page([], None), {}
+    else:
+        cursor = request.args.get("cursor") or None
+        page = services().jobs.list_jobs(g.identity.scope, query, cursor=cursor, limit=PAGE_SIZE)
+        steps = services().jobs.steps_of(g.identity.scope, [j.id for j in page.items]) if query.top_level else {}
+        if g.identity.is_admin:  # the owner column: every name of the page in one query
+            prefetch_owner_names([j.owner_id for j in page.items] + [s.owner_id for v in steps.values() for s in v])
     kinds = services().jobs.kinds()
     template = "_job_table.html" if _is_htmx() else "jobs.html"
     args = {k: v for k, v in request.args.to_dict(flat=False).items() if k != "cursor"}
@@ -84,15 +105,86 @@ def jobs():
         else None
     )
     return render_template(
-        template, page=page, filters=shown, kinds=kinds, form=EmptyForm(), next_url=next_url, args=args
+        template,
+        page=page,
+        steps=steps,
+        filters=shown,
+        kinds=kinds,
+        suggestions=_suggestions(kinds),
+        search_error=search_error,
+        form=EmptyForm(),
+        next_url=next_url,
+        args=args,
     )
+
+
+def _suggestions(kinds: list[Any]) -> list[str]:
+    """What the search box suggests: each qualifier, each status, kind and queue as a qualifier."""
+    queues = sorted({k.queue for k in kinds})
+    return [
+        *(f"{name}:" for name in job_search.QUALIFIERS),
+        *(f"status:{s}" for s in STATUSES),
+        *(f"kind:{k.name}" for k in kinds),
+        *(f"queue:{q}" for q in queues),
+    ]
 
 
 def _detail(template: str, job_id: str, notice: tuple[str, str] | None = None):  # type: ignore[no-untyped-def]
     record = services().jobs.get(g.identity.scope, job_id)
     events = services().jobs.events(g.identity.scope, job_id, after=0, limit=500)
     attempts = services().jobs.attempts(g.identity.scope, job_id)
-    return render_template(template, job=record, events=events, attempts=attempts, form=EmptyForm(), notice=notice)
+    return render_template(
+        template,
+        job=record,
+        events=events,
+        attempts=attempts,
+        form=EmptyForm(),
+        notice=notice,
+        **_workflow_context(record),
+    )
+
+
+def _workflow_context(job: JobView) -> dict[str, Any]:
+    """What the workflow section shows: the DAG, its outputs, and the step name of a step's parent."""
+    workflow = services().jobs.workflow(g.identity.scope, job.id)
+    outputs = []
+    for step in workflow.steps if workflow else ():
+        files = [_output(step.job, name) for name in step.job.files]
+        if files:
+            outputs.append({"step": step, "files": files})
+    return {
+        "workflow": workflow,
+        "dag": dag_svg(workflow, lambda i: url_for("ui.job", job_id=i)) if workflow else None,
+        "outputs": outputs,
+    }
+
+
+#: Files the page shows inline (served by :func:`media`, never as HTML); others are downloads.
+INLINE_MEDIA = {".mp4": "video/mp4", ".webm": "video/webm", ".jpg": "image/jpeg", ".png": "image/png"}
+
+
+def _output(job: JobView, name: str) -> dict[str, Any]:
+    suffix = PurePath(name).suffix.lower()
+    kind = {".mp4": "video", ".webm": "video", ".jpg": "image", ".png": "image", ".srt": "transcript"}.get(suffix)
+    cues = services().jobs.transcript(g.identity.scope, job.id, name) if kind == "transcript" else []
+    return {"name": name, "kind": kind or "file", "cues": cues, "stem": PurePath(name).stem}
+
+
+@bp.route("/jobs/<job_id>/workflow")
+def job_workflow(job_id: str):
+    """The live workflow section of a workflow's page (its DAG and its steps' outputs)."""
+    record = services().jobs.get(g.identity.scope, job_id)
+    return render_template("_workflow.html", job=record, **_workflow_context(record))
+
+
+@bp.route("/jobs/<job_id>/media/<path:name>")
+def media(job_id: str, name: str):
+    """A video or picture one of the job's outputs is, inline (with range requests) for the page to play."""
+    mimetype = INLINE_MEDIA.get(PurePath(name).suffix.lower())
+    if mimetype is None:
+        raise NotFound("Only videos and pictures are shown inline; download other files.")
+    path = services().jobs.output_file(g.identity.scope, job_id, name)
+    return send_file(path, mimetype=mimetype, conditional=True)
 
 
 @bp.route("/jobs/<job_id>")
@@ -140,6 +232,21 @@ def retry(job_id: str):
     return redirect(url_for("ui.job", job_id=new.id))
 
 
+@bp.route("/jobs/<job_id>/delete", methods=["POST"])
+def delete(job_id: str):
+    try:
+        deleted = services().jobs.delete(g.identity.scope, job_id, by=g.identity.user.owner_id)
+    except Conflict as exc:
+        return _after_action(job_id, exc.message, "error")
+    steps = f" and its {len(deleted) - 1} step(s)" if len(deleted) > 1 else ""
+    flash(f"Deleted job {job_id}{steps}.", "info")
+    if _is_htmx():
+        response = redirect(url_for("ui.jobs"))
+        response.headers["HX-Redirect"] = url_for("ui.jobs")
+        return response
+    return redirect(url_for("ui.jobs"))
+
+
 @bp.route("/jobs/bulk", methods=["POST"])
 def bulk():
     action = request.form.get("action")
@@ -176,7 +283,11 @@ def bulk_by_filter():
     if action not in ("cancel", "retry"):
         flash("Unknown bulk action.", "error")
         return redirect(url_for("ui.jobs"))
-    query, shown = _filters(request.args if request.method == "GET" else request.form)
+    try:
+        query, shown = _filters(request.args if request.method == "GET" else request.form)
+    except (SearchInvalid, Forbidden) as exc:
+        flash(exc.message, "error")
+        return redirect(url_for("ui.jobs"))
     dry_run = request.method == "GET"
     result = bulk_apply(
         services().jobs, g.identity.scope, g.identity.user.owner_id, query, action, limit=1000, dry_run=dry_run

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -11,11 +11,12 @@ from flask import flash, g, redirect, render_template, request, url_for
 from broker import DeadMatch
 
 from .. import dead_letters, operations
+from ..activity_windows import DEFAULT_WINDOW, GROUPS, WINDOWS, Window
 from ..errors import ApiError, Forbidden
-from ..gateway import FireView
+from ..gateway import ActivityBucket, FireView
 from ..services import services
 from .blueprint import bp
-from .charts import bar_chart, line_chart
+from .charts import GROUP_COLOURS, bar_chart, line_chart
 from .forms import EmptyForm
 
 
@@ -27,11 +28,34 @@ def _admin() -> None:
 @bp.route("/ops")
 def ops():
     _admin()
-    buckets = services().jobs.activity(None, since=datetime.now(UTC) - timedelta(hours=1), bucket_s=60)
-    labels = [b.start.strftime("%H:%M") for b in buckets]
-    charts = [
+    window = WINDOWS.get(request.args.get("window", ""), WINDOWS[DEFAULT_WINDOW])
+    group_by = request.args.get("group") if request.args.get("group") in GROUPS else None
+    buckets = services().jobs.activity(
+        None, since=datetime.now(UTC) - timedelta(seconds=window.span_s), bucket_s=window.bucket_s, group_by=group_by
+    )
+    per = _span_words(window.bucket_s)
+    charts = _grouped_charts(buckets, window, per) if group_by else _charts(buckets, window, per)
+    return render_template(
+        "ops.html",
+        charts=charts,
+        window=window,
+        windows=WINDOWS.values(),
+        group_by=group_by or "",
+        groups=GROUPS,
+        queues=_safe(operations.queues),
+        workers=_safe(operations.workers),
+    )
+
+
+def _span_words(bucket_s: int) -> str:
+    return {60: "minute", 3600: "hour"}.get(bucket_s, f"{bucket_s // 3600} hours")
+
+
+def _charts(buckets: Sequence[ActivityBucket], window: Window, per: str) -> list[Any]:
+    labels = [b.start.strftime(window.label_format) for b in buckets]
+    return [
         bar_chart(
-            "Throughput: finished jobs per minute",
+            f"Throughput: finished jobs per {per}",
             labels,
             [
                 ("succeeded", "s-ok", [b.succeeded for b in buckets]),
@@ -46,16 +70,37 @@ def ops():
                 ("wait p50", "l-wait", [b.wait_p50_s for b in buckets]),
                 ("run p50", "l-run", [b.run_p50_s for b in buckets]),
                 ("run p95", "l-run95", [b.run_p95_s for b in buckets]),
+                ("run max", "l-max", [b.run_max_s for b in buckets]),
             ],
             unit=" s",
         ),
         bar_chart(
-            "Failures per minute (failed and interrupted)", labels, [("failed", "s-bad", [b.failed for b in buckets])]
+            f"Failures per {per} (failed and interrupted)", labels, [("failed", "s-bad", [b.failed for b in buckets])]
         ),
     ]
-    return render_template(
-        "ops.html", charts=charts, queues=_safe(operations.queues), workers=_safe(operations.workers)
-    )
+
+
+def _grouped_charts(buckets: Sequence[ActivityBucket], window: Window, per: str) -> list[Any]:
+    """One series per queue or kind (the buckets come group by group within each time bucket)."""
+    groups = sorted({b.group or "" for b in buckets})
+    starts = sorted({b.start for b in buckets})
+    labels = [t.strftime(window.label_format) for t in starts]
+    at = {(b.start, b.group or ""): b for b in buckets}
+
+    def series(value: Callable[[ActivityBucket | None], float | None]) -> list[tuple[str, str, list[Any]]]:
+        return [
+            (g or "—", f"g{i % GROUP_COLOURS}", [value(at.get((t, g))) for t in starts]) for i, g in enumerate(groups)
+        ]
+
+    return [
+        bar_chart(
+            f"Throughput: finished jobs per {per}",
+            labels,
+            series(lambda b: b.succeeded + b.failed + b.cancelled if b else 0),
+        ),
+        line_chart("Run time p95 (seconds)", labels, series(lambda b: b.run_p95_s if b else None), unit=" s"),
+        bar_chart(f"Failures per {per} (failed and interrupted)", labels, series(lambda b: b.failed if b else 0)),
+    ]
 
 
 def _safe(fn):  # type: ignore[no-untyped-def]

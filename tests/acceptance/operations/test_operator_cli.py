@@ -230,7 +230,7 @@ def test_jobs_list_show_and_events_as_tables_and_json(deployment: Deployment) ->
     assert [j["id"] for j in listed] == ids[::-1]
     first = deployment.run("jobs", "list", "--kind", "cli_echo", "--limit", "2", "--page-size", "1", who="ursula")
     rows = first.stdout.splitlines()
-    assert rows[0].split() == ["ID", "KIND", "STATUS", "QUEUE", "OWNER", "ATTEMPT", "PROGRESS", "CREATED"]
+    assert rows[0].split() == ["ID", "KIND", "STATUS", "QUEUE", "OWNER", "ATTEMPT", "PROGRESS", "CREATED", "SUMMARY"]
     assert [r.split()[0] for r in rows[1:]] == ids[:-3:-1]
     assert [r.split()[2] for r in rows[1:]] == ["succeeded", "succeeded"]
     cursor = first.stderr.split("--cursor ")[1].split()[0]
@@ -295,6 +295,25 @@ def test_retry_a_failed_job_once(deployment: Deployment) -> None:
     deployment.wait_job(ok, "succeeded")
     refused = deployment.run("jobs", "retry", ok, who="ursula", expect=1)
     assert refused.stderr.startswith("tenure: ") and refused.stderr.count("\n") == 1
+
+
+def test_delete_a_finished_job_and_search_with_qualifiers(deployment: Deployment) -> None:
+    done = deployment.submit("cli_echo", {"text": "delete-me 2026"})["id"]
+    deployment.wait_job(done, "succeeded")
+    waiting = deployment.submit("cli_echo", {"text": "later"}, delay_s=3600)["id"]  # the feed's newest entry
+    # the search box's grammar, the summary shown
+    (found,) = deployment.run_json("jobs", "list", "--search", 'kind:cli_echo status:succeeded "delete-me 2026"',
+                                   who="ursula")  # fmt: skip
+    assert found["id"] == done and found["summary"] == "delete-me 2026"
+    bad = deployment.run("jobs", "list", "--search", "colour:red", who="ursula", expect=2)  # a 400: bad input
+    assert bad.stderr.startswith("tenure: Unknown qualifier colour:")
+    # a queued job cannot go (409: exit 1 with the reason); another user's looks missing (exit 3)
+    refused = deployment.run("jobs", "delete", waiting, who="ursula", expect=1)
+    assert "only finished jobs can be deleted" in refused.stderr
+    assert deployment.run("jobs", "delete", done, who="bob", expect=3).stderr == "tenure: Job not found.\n"
+    assert deployment.run("jobs", "delete", done, who="ursula").stdout == f"deleted {done}\n"
+    assert deployment.run("jobs", "show", done, who="ursula", expect=3).stderr == "tenure: Job not found.\n"
+    deployment.run("jobs", "cancel", waiting, who="ursula")
 
 
 def test_run_now_starts_a_delayed_job(deployment: Deployment) -> None:

@@ -356,3 +356,36 @@ def test_a_delayed_workflow_holds_its_first_steps(sqlite_env: JobEnv) -> None:
     assert abs(env.row(steps["a"].id).run_after - etas[steps["a"].id]) <= 50
     assert env.row(steps["b"].id).run_after < before + 59_000  # later steps wait for their dependencies only
     assert env.claim(steps["a"].id) is not None  # an early delivery (run_now) may still run it
+
+
+def test_the_parent_progress_moves_while_a_step_runs(env: JobEnv) -> None:
+    # Given a two-step workflow whose first step reports half its work, then waits
+    reported, release = threading.Event(), threading.Event()
+
+    def long_step(ctx: JobContext, v: int) -> int:
+        ctx.progress(0.5, "half way")
+        assert ctx.flush_progress()
+        reported.set()
+        assert release.wait(10)
+        return v
+
+    env.declare("long", long_step)
+    env.declare("ok", lambda ctx, v: v)
+    steps = [Step("a", "long", {"v": 1}), Step("b", "ok", {"v": 2}, depends_on=["a"])]
+    parent = submit_workflow(env.engine, owner_id="u1", name="two", steps=steps, registry=env.registry,
+                             settings=env.settings)  # fmt: skip
+    a = _steps(env, parent.id)["a"]
+    ctx = env.claim(a.id)
+    assert ctx is not None
+    runner = threading.Thread(target=env.mw.runner, args=(ctx,))
+    runner.start()
+    try:
+        # When the step has written its progress, still running
+        assert reported.wait(10)
+        # Then the workflow's progress is already the mean of its steps' (0.5 and 0), not 0
+        assert jobs.get_job(env.engine, a.id, owner_id="u1").status == "running"
+        assert jobs.get_job(env.engine, parent.id, owner_id="u1").progress == 0.25
+    finally:
+        release.set()
+        runner.join(10)
+    assert jobs.get_job(env.engine, parent.id, owner_id="u1").progress == 0.5  # a finished: 1 of 2

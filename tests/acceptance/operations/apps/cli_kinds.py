@@ -64,7 +64,7 @@ def fail(ctx: JobContext, *, message: str = "the disk is full") -> None:
     raise RuntimeError(message)
 
 
-@jobs.registry.kind("cli_echo", queue=SLOW_QUEUE, payload=ECHO)
+@jobs.registry.kind("cli_echo", queue=SLOW_QUEUE, payload=ECHO, summary=lambda p: p["text"])
 def echo(ctx: JobContext, *, text: str) -> dict[str, object]:
     """Echo text.
 

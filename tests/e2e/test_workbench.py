@@ -1,0 +1,179 @@
+"""The media workbench in a real browser (issue 19, items 1–3): a recording pipeline watched live on its
+workflow page (the DAG's nodes change as steps finish), its clip played in the page and its transcript
+read, the steps grouped under their workflow, a qualifier search that finds the import by its folder,
+the charts' windows and breakdowns, and every new page within 390 px. Real gunicorn, a real dramatiq
+worker running the real import, ASR and render actors, Debian's Chromium.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tasks.domain.demo_recording import make_recording
+
+from .browsing import Session, _wait_until
+from .conftest import Deployment
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+FOLDER_NAME = "23058-session-2026-workbench"
+
+
+@pytest.fixture(scope="module")
+def pipeline(deployment: Deployment) -> Iterator[dict]:  # type: ignore[type-arg]
+    """A one-segment recording under the deployment's import root (short, so the pipeline takes seconds)."""
+    folder = Path(deployment.env["TENURE_IMPORT_ROOTS"]) / FOLDER_NAME
+    make_recording(folder, segments=1, seconds=5.0, comments_per_segment=10)
+    payload = {"folder": str(folder), "highlight_s": 4.0, "width": 480, "height": 270, "danmaku": True}
+    yield {"folder": folder, "payload": payload}
+
+
+def _dag_states(page) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    return dict(page.locator("svg.dag a.node").evaluate_all("els => els.map(e => [e.dataset.step, e.dataset.status])"))
+
+
+def test_pipeline_graph_updates_live_and_its_clip_plays(browser, deployment: Deployment, pipeline) -> None:  # type: ignore[no-untyped-def]
+    s = Session(browser, deployment, "user")
+    page = s.page
+    # Given the pipeline's page open while its import waits (its queue and the render's paused, so the
+    # page is open before each of them starts, however fast the machine)
+    for queue in ("default", "render"):
+        deployment.api("POST", f"/api/v1/queues/{queue}/pause")
+    job = deployment.submit("recording_pipeline", pipeline["payload"])
+    page.goto(f"{deployment.base_url}/jobs/{job['id']}")
+    page.wait_for_selector('svg.dag a.node[data-step="import"]')
+    assert _dag_states(page) == {"import": "queued"}
+    navigations: list[str] = []
+    page.on("framenavigated", lambda frame: navigations.append(frame.url) if frame == page.main_frame else None)
+    seen: dict[str, list[str]] = {}
+    progress: list[float] = []
+
+    def watch(until, timeout_s: float = 120) -> None:  # type: ignore[no-untyped-def]
+        """Record every node's status (and the workflow's progress once the whole DAG is known) until *until*."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            states = _dag_states(page)
+            for name, status in states.items():
+                if not seen.get(name) or seen[name][-1] != status:
+                    seen.setdefault(name, []).append(status)
+            value = page.locator("#job-panel .progress-line progress").first.get_attribute("value")
+            if value is not None and len(states) == 3:  # the import adds the others
+                progress.append(float(value))
+            if until(states):
+                return
+            assert time.monotonic() < deadline, f"the page never got there: {seen}"
+            time.sleep(0.1)
+
+    try:
+        # When the import runs, the graph grows live: the transcription it added runs, the render waits
+        deployment.api("POST", "/api/v1/queues/default/resume")
+        watch(lambda st: st.get("transcribe-0") == "succeeded" and st.get("render") == "queued")
+        # When the render's queue resumes, the render runs and the workflow finishes, all without a reload
+        deployment.api("POST", "/api/v1/queues/render/resume")
+        watch(
+            lambda st: (
+                st.get("render") == "succeeded"
+                and page.locator("#job-panel .summary .status").inner_text() == "succeeded"
+            )
+        )
+    finally:  # the other tests need the queues
+        for queue in ("default", "render"):
+            deployment.api("POST", f"/api/v1/queues/{queue}/resume")
+    progress.append(float(page.locator("#job-panel .progress-line progress").first.get_attribute("value") or 0))
+    assert navigations == [], navigations
+    assert seen["import"][0] == "queued" and seen["import"][-1] == "succeeded", seen
+    assert seen["render"][0] == "queued" and seen["render"][-1] == "succeeded", seen
+    assert set(seen) == {"import", "transcribe-0", "render"}
+    # the workflow's progress moved while its steps ran, not only when one finished (k of 3 done): once
+    # the import's extension shows (it drops from the import's own 0.95 when two more steps join) it only grows
+    after_import = progress[next(i for i, p in enumerate(progress) if p < 0.9) :]
+    assert after_import == sorted(after_import) and after_import[-1] == 1.0, progress
+    assert any(p not in (0.3333, 0.6667, 1.0) for p in after_import), progress
+    # every node links to its step, the steps to their workflow, edges drawn
+    assert page.locator('svg.dag path.edge[data-edge="import→transcribe-0"]').count() == 1
+    render_href = page.locator('svg.dag a.node[data-step="render"]').get_attribute("href")
+    s.shot("workflow")
+
+    # Then the clip plays in the page and downloads; the transcript reads with its timestamps
+    video = page.locator("video.clip").first
+    video.evaluate("v => { v.muted = true; return v.play(); }")
+    _wait_until(lambda: video.evaluate("v => v.readyState") >= 2, 20)
+    assert video.evaluate("v => v.duration") > 0
+    download = page.locator(".output a.button[download]").first
+    assert page.request.get(deployment.base_url + (download.get_attribute("href") or "")).status == 200
+    transcript = page.locator("details.transcript")
+    assert transcript.count() == 1
+    lines = transcript.locator("ol.cues li time").all_inner_texts()
+    assert all("–" in t for t in lines)  # 0:01.2–0:03.4
+    page.goto(deployment.base_url + (render_href or ""))
+    assert page.locator("#parent-link").get_attribute("href") == f"/jobs/{job['id']}"
+    s.close()
+
+
+def test_search_finds_the_import_by_its_folder_and_groups_steps(browser, deployment: Deployment, pipeline) -> None:  # type: ignore[no-untyped-def]
+    imports = deployment.api("GET", "/api/v1/jobs?q=kind:import_recording", who="user")["items"]
+    assert imports, "the pipeline test runs first and imports the folder"
+    s = Session(browser, deployment, "user")
+    page = s.page
+    page.goto(f"{deployment.base_url}/jobs")
+    deployment.submit("e2e_echo", {"text": "unrelated"})
+    # the qualifier search, typed into the one box (suggestions offered by its datalist)
+    assert page.locator("#q-suggestions option[value='kind:import_recording']").count() == 1
+    page.locator("#q").press_sequentially('kind:import_recording "session-2026"')
+    rows = page.locator("#job-table tbody tr[id^=job-]")
+    _wait_until(lambda: rows.count() == 1 and "import_recording" in rows.first.inner_text())
+    assert rows.first.get_attribute("id") == f"job-{imports[0]['id']}"
+    assert FOLDER_NAME in rows.first.locator("td.summary").inner_text()
+    page.locator("#q").blur()  # no caret in the screenshot
+    s.shot("jobs-search")
+    # an unknown qualifier is explained, not a 500
+    page.fill("#q", "colour:red")
+    page.click("form.filters button[type=submit]")
+    page.wait_for_selector("#search-error")
+    assert "Unknown qualifier colour:" in page.inner_text("#search-error")
+    # the steps under their workflow
+    page.goto(f"{deployment.base_url}/jobs?group=1")
+    parent = page.locator("#job-table tbody tr:not(.step)").filter(has_text=FOLDER_NAME).first
+    parent_id = (parent.get_attribute("id") or "").removeprefix("job-")
+    steps = page.locator(f"#job-{parent_id} ~ tr.step")
+    assert steps.count() >= 3
+    s.shot("jobs-grouped")
+    s.close()
+
+
+def test_charts_by_window_and_kind(browser, deployment: Deployment, pipeline) -> None:  # type: ignore[no-untyped-def]
+    s = Session(browser, deployment, "admin")
+    page = s.page
+    page.goto(f"{deployment.base_url}/ops")
+    page.select_option("#chart-window", "24h")
+    page.select_option("#chart-group", "kind")
+    page.click("#chart-form button[type=submit]")
+    page.wait_for_url("**/ops?window=24h&group=kind")
+    titles = page.locator("svg.chart rect title").all_text_contents()
+    assert any("render_clip:" in t for t in titles) and any("import_recording:" in t for t in titles)
+    s.shot("ops-charts-by-kind")
+    s.close()
+
+
+PAGES_390 = ("/jobs?group=1", "/jobs?q=colour:red", "/jobs/{pipeline}", "/jobs/{step}", "/ops?window=7d&group=queue")
+
+
+def test_new_pages_fit_390px(browser, deployment: Deployment, pipeline) -> None:  # type: ignore[no-untyped-def]
+    parent = deployment.api("GET", "/api/v1/jobs?q=kind:recording_pipeline+status:succeeded")["items"][0]
+    step = deployment.api("GET", f"/api/v1/jobs?parent={parent['id']}&q=kind:render_clip")["items"][0]
+    s = Session(browser, deployment, "admin", width=390, height=844)
+    page = s.page
+    for path in PAGES_390:
+        page.goto(deployment.base_url + path.format(pipeline=parent["id"], step=step["id"]))
+        assert page.locator("html").evaluate("el => el.scrollWidth") <= 390, path
+        right = page.locator("main button, main input:not([type=hidden]), main select, main a.button").evaluate_all(
+            "els => Math.max(0, ...els.map(e => e.getBoundingClientRect().right))"
+        )
+        assert right <= 390, (path, right)
+    page.goto(f"{deployment.base_url}/jobs/{parent['id']}")
+    s.shot("mobile-workflow")
+    s.close()

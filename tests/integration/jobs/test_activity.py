@@ -1,0 +1,53 @@
+"""Activity per bucket on both engines: nearest-rank percentiles (a p95 never above the slowest job) and the
+breakdown by queue or kind."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from jobs.queries import activity
+
+from .support import JobEnv
+
+
+def _finished(env: JobEnv, kind: str, run_s: list[int], end: datetime) -> None:
+    """Jobs of *kind* that succeeded, each having run the given seconds and finished at *end*."""
+    end_ms = round(end.timestamp() * 1000)
+    for seconds in run_s:
+        job = env.submit(kind, payload={})
+        ctx = env.claim(job.id)
+        assert ctx is not None
+        env.mw.runner(ctx)
+        env.sql(
+            "UPDATE jobs SET created_at = :c, started_at = :s, completed_at = :e WHERE id = :id",
+            id=job.id,
+            c=end_ms - seconds * 1000 - 500,
+            s=end_ms - seconds * 1000,
+            e=end_ms,
+        )
+
+
+def test_percentiles_are_nearest_rank_and_never_above_the_slowest(env: JobEnv) -> None:
+    env.declare("few", lambda ctx: None)
+    env.declare("many", lambda ctx: None, queue="bulk")
+    now = datetime.now(UTC).replace(second=30, microsecond=0)
+    # Given 3 jobs of 1, 2, 3 s (statistics.quantiles would say p95 = 3.8 s) and 20 of 1..20 s
+    _finished(env, "few", [1, 2, 3], now - timedelta(minutes=5))
+    _finished(env, "many", list(range(1, 21)), now - timedelta(minutes=5))
+
+    # When the activity is read by kind and by queue
+    since = now - timedelta(hours=1)
+    by_kind = {a.group: a for a in activity(env.engine, since=since, bucket_s=3600, owner_id=None, is_admin=True,
+                                             until=now, group_by="kind") if a.succeeded}  # fmt: skip
+    by_queue = {a.group for a in activity(env.engine, since=since, bucket_s=3600, owner_id=None, is_admin=True,
+                                          until=now, group_by="queue") if a.succeeded}  # fmt: skip
+    [everything] = [a for a in activity(env.engine, since=since, bucket_s=3600, owner_id=None, is_admin=True,
+                                        until=now) if a.succeeded]  # fmt: skip
+
+    # Then each p95 is one of the run times (rank ceil(0.95 n)), never above the max
+    assert (by_kind["few"].run_p50_s, by_kind["few"].run_p95_s, by_kind["few"].run_max_s) == (2.0, 3.0, 3.0)
+    assert (by_kind["many"].run_p50_s, by_kind["many"].run_p95_s, by_kind["many"].run_max_s) == (10.0, 19.0, 20.0)
+    assert by_kind["few"].wait_p50_s == 0.5 and by_kind["few"].succeeded == 3
+    assert by_queue == {"default", "bulk"}
+    assert everything.succeeded == 23 and everything.run_p95_s is not None
+    assert everything.run_p95_s <= everything.run_max_s == 20.0
