@@ -56,6 +56,12 @@ class JobView:
     def can_retry(self) -> bool:
         return self.status in RETRYABLE and not self.still_exiting
 
+    @property
+    def can_delete(self) -> bool:
+        """Finished and no workflow step (a step goes with its workflow). A job another one refers to
+        (its retry) may still be refused."""
+        return self.status in TERMINAL and self.parent_job_id is None
+
 
 @dataclass(frozen=True)
 class AttemptView:
@@ -68,12 +74,6 @@ class AttemptView:
     next: str | None = None
     error: str | None = None
     host: str | None = None
-
-    @property
-    def can_delete(self) -> bool:
-        """Finished and no workflow step (a step goes with its workflow). A job another one refers to
-        (its retry) may still be refused."""
-        return self.status in TERMINAL and self.parent_job_id is None
 
 
 @dataclass(frozen=True)
