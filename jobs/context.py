@@ -22,7 +22,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine
 from sqlalchemy.orm import Session
 
-from . import db, events, store, tracing, transitions
+from . import dag, db, events, store, tracing
 from .errors import JobCancelled, JobTimeout, StaleAttempt
 from .execution.completer import InlineCompleter
 from .group_commit import hot_write
@@ -175,12 +175,12 @@ class JobContext:
 
         def write(tx: db.Tx) -> bool:
             now = store.now_ms()
-            reused = transitions.lock_workflow_of_step(tx.conn, self.parent_job_id)
+            reused = dag.lock_workflow_of_step(tx.conn, self.parent_job_id)
             written = store.job_progress_if_current(
                 tx.conn, self.job_id, self.attempt, self.worker_id, fraction, message, now
             )
             if written and reused is not None:
-                transitions.step_progressed(tx.conn, str(self.parent_job_id), reused, now)
+                dag.step_progressed(tx.conn, str(self.parent_job_id), reused, now)
             return written
 
         written = hot_write(self._engine, write)

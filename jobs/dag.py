@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from . import store
 from .status import TERMINAL_STATUSES
@@ -52,3 +52,21 @@ def aggregate_progress(children: Sequence[Progressing], reused: int = 0) -> floa
         return 0.0
     total = sum(1.0 if c.status in TERMINAL_STATUSES else min(1.0, max(0.0, c.progress or 0.0)) for c in children)
     return round((total + reused) / (len(children) + reused), 4)
+
+
+def lock_workflow_of_step(conn: Any, parent_id: str | None) -> int | None:
+    """Before a step's progress write: lock its running workflow parent (the same order as
+    :func:`jobs.transitions._step_finished`: parent first, then the step) and return how many steps it
+    reuses; None when the job is no step of a running workflow."""
+    if parent_id is None:
+        return None
+    config = store.job_workflow_config_for_update(conn, parent_id)
+    return None if config is None else len(reused_in(config))
+
+
+def step_progressed(conn: Any, parent_id: str, reused: int, now: int) -> None:
+    """After a step's progress write (parent locked by :func:`lock_workflow_of_step`): the workflow's
+    progress follows, the mean of its steps' — so it moves while a long step runs. (No status moves:
+    this is not a transition.)"""
+    progress = aggregate_progress(store.job_children_progress(conn, parent_id), reused)
+    store.job_workflow_progress(conn, parent_id, progress, now)

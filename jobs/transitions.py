@@ -449,23 +449,6 @@ def _step_finished(tx: Tx, job_id: str, status: str, now: int) -> None:
         finish_workflow(tx, parent, "cancelled", now=now)
 
 
-def lock_workflow_of_step(conn: Any, parent_id: str | None) -> int | None:
-    """Before a step's progress write: lock its running workflow parent (the same order as
-    :func:`_step_finished`: parent first, then the step) and return how many steps it reuses; None
-    when the job is no step of a running workflow."""
-    if parent_id is None:
-        return None
-    config = store.job_workflow_config_for_update(conn, parent_id)
-    return None if config is None else len(dag.reused_in(config))
-
-
-def step_progressed(conn: Any, parent_id: str, reused: int, now: int) -> None:
-    """After a step's progress write (parent locked by :func:`lock_workflow_of_step`): the workflow's
-    progress follows, the mean of its steps' — so it moves while a long step runs."""
-    progress = dag.aggregate_progress(store.job_children_progress(conn, parent_id), reused)
-    store.job_workflow_progress(conn, parent_id, progress, now)
-
-
 def _stop_steps(tx: Tx, children: Sequence[store.JobRow], now: int) -> None:
     """Cancel a workflow's queued steps and ask its running ones to stop (fail-fast, or its cancel)."""
     for child in children:
