@@ -21,6 +21,7 @@ from .conftest import Deployment
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 FOLDER_NAME = "23058-session-2026-workbench"
+TERMINAL = ("succeeded", "failed", "cancelled", "interrupted")
 
 
 @pytest.fixture(scope="module")
@@ -30,6 +31,19 @@ def pipeline(deployment: Deployment) -> Iterator[dict]:  # type: ignore[type-arg
     make_recording(folder, segments=1, seconds=5.0, comments_per_segment=10)
     payload = {"folder": str(folder), "highlight_s": 4.0, "width": 480, "height": 270, "danmaku": True}
     yield {"folder": folder, "payload": payload}
+
+
+@pytest.fixture()
+def finished_pipeline(deployment: Deployment, pipeline) -> dict:  # type: ignore[no-untyped-def,type-arg]
+    """A succeeded pipeline of the folder: the graph test's, or — when this module's tests run without it
+    first (another order, a fresh deployment) — one run here."""
+    found = deployment.api("GET", "/api/v1/jobs?q=kind:recording_pipeline+status:succeeded", who="user")["items"]
+    if found:
+        return found[0]
+    for queue in ("default", "render"):  # as the graph test leaves them, even if it stopped half-way
+        deployment.api("POST", f"/api/v1/queues/{queue}/resume")
+    job = deployment.submit("recording_pipeline", pipeline["payload"])
+    return deployment.wait_job(job["id"], lambda j: j["status"] in TERMINAL, timeout_s=180)
 
 
 def _dag_states(page) -> dict[str, str]:  # type: ignore[no-untyped-def]
@@ -114,9 +128,12 @@ def test_pipeline_graph_updates_live_and_its_clip_plays(browser, deployment: Dep
     s.close()
 
 
-def test_search_finds_the_import_by_its_folder_and_groups_steps(browser, deployment: Deployment, pipeline) -> None:  # type: ignore[no-untyped-def]
+def test_search_finds_the_import_by_its_folder_and_groups_steps(  # type: ignore[no-untyped-def]
+    browser, deployment: Deployment, finished_pipeline
+) -> None:
+    assert finished_pipeline["status"] == "succeeded"
     imports = deployment.api("GET", "/api/v1/jobs?q=kind:import_recording", who="user")["items"]
-    assert imports, "the pipeline test runs first and imports the folder"
+    assert imports, "the pipeline imported the folder"
     s = Session(browser, deployment, "user")
     page = s.page
     page.goto(f"{deployment.base_url}/jobs")
@@ -145,7 +162,7 @@ def test_search_finds_the_import_by_its_folder_and_groups_steps(browser, deploym
     s.close()
 
 
-def test_charts_by_window_and_kind(browser, deployment: Deployment, pipeline) -> None:  # type: ignore[no-untyped-def]
+def test_charts_by_window_and_kind(browser, deployment: Deployment, finished_pipeline) -> None:  # type: ignore[no-untyped-def]
     s = Session(browser, deployment, "admin")
     page = s.page
     page.goto(f"{deployment.base_url}/ops")
@@ -162,7 +179,7 @@ def test_charts_by_window_and_kind(browser, deployment: Deployment, pipeline) ->
 PAGES_390 = ("/jobs?group=1", "/jobs?q=colour:red", "/jobs/{pipeline}", "/jobs/{step}", "/ops?window=7d&group=queue")
 
 
-def test_new_pages_fit_390px(browser, deployment: Deployment, pipeline) -> None:  # type: ignore[no-untyped-def]
+def test_new_pages_fit_390px(browser, deployment: Deployment, finished_pipeline) -> None:  # type: ignore[no-untyped-def]
     parent = deployment.api("GET", "/api/v1/jobs?q=kind:recording_pipeline+status:succeeded")["items"][0]
     step = deployment.api("GET", f"/api/v1/jobs?parent={parent['id']}&q=kind:render_clip")["items"][0]
     s = Session(browser, deployment, "admin", width=390, height=844)
