@@ -164,12 +164,25 @@ def page_jobs(
 def steps_of(
     engine: Engine, parent_ids: list[str], *, owner_id: str, is_admin: bool = False
 ) -> dict[str, list[JobRecord]]:
-    """The steps of each of the workflows *parent_ids* the caller may see (parent id → steps, oldest first);
-    jobs without steps are absent. At most :data:`MAX_LIMIT` parents."""
+    """The steps of each of the workflows *parent_ids* the caller may see (parent id → steps, oldest first,
+    and steps created together — in the same millisecond, as a workflow's first steps are — in the order
+    they run: after the steps they depend on); jobs without steps are absent. At most :data:`MAX_LIMIT`
+    parents."""
     with db.read(engine) as conn:
         rows = read_store.job_steps_of(conn, parent_ids[:MAX_LIMIT], None if is_admin else owner_id)
+        edges = read_store.step_edges(conn, [r.id for r in rows])
+    after: dict[str, list[str]] = {}
+    for step, dependency in edges:
+        after.setdefault(step, []).append(dependency)
+    depth: dict[str, int] = {}
+
+    def depth_of(step: str) -> int:  # the longest chain of dependencies before *step* (a DAG: no cycles)
+        if step not in depth:
+            depth[step] = 1 + max((depth_of(d) for d in after.get(step, ())), default=-1)
+        return depth[step]
+
     steps: dict[str, list[JobRecord]] = {}
-    for row in rows:
+    for row in sorted(rows, key=lambda r: (r.created_at, depth_of(r.id), r.id)):
         steps.setdefault(str(row.parent_job_id), []).append(JobRecord.from_row(row))
     return steps
 

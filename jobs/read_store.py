@@ -211,6 +211,15 @@ def job_steps_of(conn: Connection, parent_ids: list[str], owner_id: str | None) 
     return [r for r in map(_job, rows) if r is not None]
 
 
+def step_edges(conn: Connection, step_ids: list[str]) -> list[tuple[str, str]]:
+    """The ``(step, step it runs after)`` edges among *step_ids*."""
+    if not step_ids:
+        return []
+    sql = "SELECT job_id, depends_on_job_id FROM job_dependencies WHERE job_id IN :ids AND depends_on_job_id IN :ids"
+    rows = conn.execute(text(sql).bindparams(bindparam("ids", expanding=True)), {"ids": step_ids}).fetchall()
+    return [(str(a), str(b)) for a, b in rows]
+
+
 def job_count(conn: Connection, f: JobFilterSQL) -> int:
     """How many jobs match, exactly."""
     where, params = _where(conn, f)

@@ -71,8 +71,10 @@ class Deployment:
 
         wait_for(f"job {job_id} to be {status}", reached, 30, self.procs, poll_s=0.05)
 
-    def trace(self, job_id: str, *names: str) -> list[ReceivedSpan]:
-        """The spans of the trace whose submit created *job_id*, once spans named *names* arrived for it."""
+    def trace(self, job_id: str, *names: str, counts: dict[str, int] | None = None) -> list[ReceivedSpan]:
+        """The spans of the trace whose submit created *job_id*, once spans named *names* arrived for it
+        (and, for each name in *counts*, at least that many: each process exports a span when it ends, so
+        one delivery's span can arrive after a later one's)."""
 
         def arrived() -> list[ReceivedSpan] | None:
             spans = self.receiver.spans()
@@ -80,8 +82,9 @@ class Deployment:
             if not submit:
                 return None
             in_trace = [s for s in spans if s.trace_id == submit[0].trace_id]
-            have = {s.name for s in in_trace if s.attributes.get("tenure.job.id") == job_id}
-            return in_trace if set(names) <= have else None
+            mine = [s.name for s in in_trace if s.attributes.get("tenure.job.id") == job_id]
+            enough = all(mine.count(name) >= n for name, n in (counts or {}).items())
+            return in_trace if set(names) <= set(mine) and enough else None
 
         return wait_for(f"the spans {names} of job {job_id}", arrived, 20, self.procs, poll_s=0.05)
 
@@ -235,7 +238,7 @@ def test_a_request_carrying_a_trace_context_continues_that_trace(deployment: Dep
 def test_a_retry_is_in_the_same_trace_after_the_failed_attempt(deployment: Deployment) -> None:
     job_id = deployment.submit("trace_flaky")
     deployment.wait_succeeded(job_id)
-    spans = deployment.trace(job_id, *_committed(deployment))
+    spans = deployment.trace(job_id, *_committed(deployment), counts={"tenure.job.process": 2})
     first = _one(spans, "tenure.job.run", **{"tenure.job.id": job_id, "tenure.job.attempt": 1})
     assert first.error and first.attributes["tenure.job.outcome"] == "retry"
     failed = _one(spans, "tenure.job.complete", **{"tenure.job.id": job_id, "tenure.job.attempt": 1})
