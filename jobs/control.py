@@ -12,10 +12,11 @@ from sqlalchemy import Engine
 from broker import SQLiteBroker, expedite_delayed
 from settings.environment import Settings
 
-from . import db, events, exit_store, store, transitions
+from . import admission, db, events, exit_store, store, transitions
+from .admission_store import HeldJob
 from .enqueue import retry_key
 from .errors import JobNotFound, JobNotRetryable, JobStillExiting, UnknownKind
-from .publish import JOB_ID_OPTION, prepare_broker, publish_in_transaction, resolve_broker, same_sqlite_file
+from .publish import JOB_ID_OPTION, prepare_broker, resolve_broker, same_sqlite_file
 from .records import JobRecord
 from .registry import Registry
 from .registry import registry as default_registry
@@ -221,18 +222,25 @@ def run_now(
                 woken.setdefault(key, (b, set()))[1].add(queue_name)
                 missing = [j for j in group if j.id not in due]
             for job in missing:  # another broker, or no delayed message to move: a fresh one
-                publish_in_transaction(
-                    tx.conn,
-                    b,
-                    job_id=job.id,
-                    actor_name=job.actor_name,
-                    queue_name=job.queue_name,
-                    priority=job.priority,
-                    delay_ms=0,
-                    now=now,
-                )
+                if job.held is None:  # one that waits for admission is admitted in its turn
+                    admission.admit(tx, _candidate(job, now), now=now, delay_ms=0, broker=b)
         for job in expedited:
             events.record(tx, job_id=job.id, sequence=job.sequence, type_="run_now", data={"by": by}, now=now)
     for b, queues in woken.values():
         b.wake(queues)
     return [j.id for j in expedited]
+
+
+def _candidate(job: store.ExpeditedJob, now: int) -> HeldJob:
+    return HeldJob(
+        job.id,
+        job.owner_id,
+        job.actor_name,
+        job.queue_name,
+        job.priority,
+        now,
+        job.created_at,
+        job.concurrency_key,
+        job.rate_key,
+        job.trace_context,
+    )

@@ -12,10 +12,11 @@ from datetime import timedelta
 from functools import partial
 from typing import Any
 
-from . import db, events, store, tracing
+from . import admission, db, events, store, tracing
+from .admission_policy import policy
+from .admission_store import HeldJob
 from .errors import IdempotencyConflict
 from .lifecycle import lifecycle
-from .publish import publish_in_transaction
 from .records import JobRecord
 from .status import JobStatus
 from .store import JobRow
@@ -70,6 +71,7 @@ def new_job_row(
     parent_job_id: str | None = None,
     digest: str | None = None,
     summary: str | None = None,
+    limit_keys: tuple[str | None, str | None] = (None, None),
 ) -> dict[str, Any]:
     """Validate a request and build the ``jobs`` row :func:`jobs.store.job_insert` expects.
 
@@ -112,7 +114,27 @@ def new_job_row(
         "parent_job_id": parent_job_id,
         "summary": summary,
         "trace_context": tracing.stored_context(),
+        "concurrency_key": limit_keys[0],
+        "rate_key": limit_keys[1],
+        "held": None,
+        "held_on": None,
     }
+
+
+def candidate(row: Mapping[str, Any]) -> HeldJob:
+    """What admission needs of a new job's row."""
+    return HeldJob(
+        row["id"],
+        row["owner_id"],
+        row["actor_name"],
+        row["queue_name"],
+        row["priority"],
+        row["run_after"],
+        row["created_at"],
+        row["concurrency_key"],
+        row["rate_key"],
+        row["trace_context"],
+    )
 
 
 def _existing(tx: db.Tx, found: tuple[str, str], digest: str) -> JobRecord:
@@ -149,6 +171,11 @@ def insert(
         if found is not None:
             return _existing(tx, found, row["request_digest"])
     now = row["created_at"]
+    decided = None
+    if broker is not None and after_insert is None:
+        # Decided before the row exists, so the job does not count against itself; it is written waiting.
+        decided = admission.verdict(tx, candidate(row), now=now, delay_ms=delay_ms, rules=policy(conn))
+        row["held"], row["held_on"] = decided.held, decided.on
     if key is not None and conn.dialect.name != "sqlite":
         try:
             with tx.savepoint():
@@ -172,18 +199,8 @@ def insert(
         job = store.job_get(conn, row["id"])
         assert job is not None
         return JobRecord.from_row(job, created=True)
-    if broker is None:
-        return JobRecord.from_row(_new_row(row), created=True)
-    publish_in_transaction(
-        conn,
-        broker,
-        job_id=row["id"],
-        actor_name=row["actor_name"],
-        queue_name=row["queue_name"],
-        priority=row["priority"],
-        delay_ms=delay_ms,
-        now=now,
-    )
+    if decided is not None and decided.held is None:
+        admission.publish(tx, candidate(row), decided.delay_ms, now, broker)
     return JobRecord.from_row(_new_row(row), created=True)
 
 

@@ -93,6 +93,13 @@ class Job(Base):
     summary: Mapped[str | None] = mapped_column(String(200))
     #: The W3C trace context of the submit's span (JSON), when tracing was on: recovery's messages carry it.
     trace_context: Mapped[str | None] = mapped_column(Text)
+    #: The job's keys under its kind's concurrency and rate limits (``<limit>=<value>``; revision 0019).
+    concurrency_key: Mapped[str | None] = mapped_column(String(200))
+    rate_key: Mapped[str | None] = mapped_column(String(200))
+    #: Why a queued job waits for admission (no message yet: ``queue``, ``concurrency``, ``rate``) and on
+    #: what (the queue or the key); NULL for every other job (revision 0019, :mod:`jobs.admission`).
+    held: Mapped[str | None] = mapped_column(String(16))
+    held_on: Mapped[str | None] = mapped_column(String(200))
 
     __table_args__ = (
         CheckConstraint(f"status IN ({STATUSES_SQL})", name="status_known"),
@@ -110,6 +117,11 @@ class Job(Base):
         CheckConstraint("attempt >= 0 AND attempt <= max_attempts AND max_attempts >= 1", name="attempt_range"),
         CheckConstraint("timeout_s > 0", name="timeout_positive"),
         CheckConstraint("event_seq >= 0", name="event_seq_positive"),
+        CheckConstraint(
+            "held IS NULL OR (status = 'queued' AND held IN ('queue', 'concurrency', 'rate', 'steps') "
+            "AND held_on IS NOT NULL)",
+            name="held_waiting",
+        ),
         Index("ix_jobs_owner_created", "owner_id", "created_at"),
         Index("ix_jobs_status_lease", "status", "lease_expires_at"),
         Index("ix_jobs_resource", "resource_type", "resource_id"),
@@ -136,6 +148,33 @@ class Job(Base):
             sqlite_where=text("completed_at IS NOT NULL"),
             postgresql_where=text("completed_at IS NOT NULL"),
         ),
+        # Admission (revision 0019): admitted and running jobs per queue and owner, and per key. Partial:
+        # finished jobs are in none of them. (Held jobs' index, ix_jobs_held, follows the class.)
+        Index(
+            "ix_jobs_inflight",
+            "queue_name",
+            "owner_id",
+            "status",
+            "run_after",
+            sqlite_where=text("held IS NULL AND status IN ('queued', 'running')"),
+            postgresql_where=text("held IS NULL AND status IN ('queued', 'running')"),
+        ),
+        Index(
+            "ix_jobs_concurrency_active",
+            "concurrency_key",
+            "owner_id",
+            "status",
+            "run_after",
+            sqlite_where=text("concurrency_key IS NOT NULL AND held IS NULL AND status IN ('queued', 'running')"),
+            postgresql_where=text("concurrency_key IS NOT NULL AND held IS NULL AND status IN ('queued', 'running')"),
+        ),
+        Index(
+            "ix_jobs_rate_admitted",
+            "rate_key",
+            "owner_id",
+            sqlite_where=text("rate_key IS NOT NULL AND held IS NULL AND status = 'queued'"),
+            postgresql_where=text("rate_key IS NOT NULL AND held IS NULL AND status = 'queued'"),
+        ),
         # Retention's candidates (revision 0007). Partial: only finished jobs are in it, so claims
         # and other transitions of live jobs never touch it; a job enters it once, when it finishes.
         Index(
@@ -146,6 +185,22 @@ class Job(Base):
             postgresql_where=text("completed_at IS NOT NULL"),
         ),
     )
+
+
+# Held jobs in the order admission takes them (revision 0019): per owner, highest priority first, then
+# the oldest. Declared on the table so that ``priority`` can be descending.
+Index(
+    "ix_jobs_held",
+    Job.held,
+    Job.held_on,
+    Job.owner_id,
+    Job.priority.desc(),
+    Job.run_after,
+    Job.created_at,
+    Job.id,
+    sqlite_where=text("held IS NOT NULL"),
+    postgresql_where=text("held IS NOT NULL"),
+)
 
 
 class JobEvent(Base):
@@ -236,6 +291,18 @@ class JobExit(Base):
     lease_expires_at: Mapped[int] = mapped_column(BigInteger)
 
     __table_args__ = (Index("ix_job_exits_lease", "lease_expires_at"),)
+
+
+class RateStart(Base):
+    """One start of a rate-limited job (revision 0019): a rate limit counts its key's rows of the last period."""
+
+    __tablename__ = "rate_starts"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    key: Mapped[str] = mapped_column(String(200))
+    started_at: Mapped[int] = mapped_column(BigInteger)
+
+    __table_args__ = (Index("ix_rate_starts_key_started_at", "key", "started_at"),)
 
 
 class RetentionMark(Base):

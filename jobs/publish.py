@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sqlite3
 import uuid
 from typing import Any
 
@@ -25,6 +26,8 @@ from .registry import ACTOR_TIME_LIMIT_MS
 
 #: Message option carrying the job id (how the middleware recognises a job message).
 JOB_ID_OPTION = "tenure_job_id"
+#: Message option of a limited job: ``[concurrency key, rate key]`` (its claim checks them; jobs.admission).
+LIMITS_OPTION = "tenure_limits"
 
 
 def job_message(
@@ -35,16 +38,20 @@ def job_message(
     priority: int = 0,
     message_id: str | None = None,
     trace_context: str | None = None,
+    limits: tuple[str | None, str | None] = (None, None),
 ) -> Message:
     """The Dramatiq message that runs *job_id* (no arguments: the job row holds the payload).
 
     ``broker_priority`` orders the SQLite broker's claims (higher first); other brokers ignore it. When
     tracing, the current span's trace context rides along (:data:`jobs.tracing.TRACE_OPTION`), else the
-    job's stored *trace_context* (``jobs.trace_context``).
+    job's stored *trace_context* (``jobs.trace_context``). *limits*: the job's concurrency and rate keys,
+    which its claim checks (:func:`jobs.admission.claim_refusal`).
     """
     options: dict[str, Any] = {JOB_ID_OPTION: job_id, "max_retries": 0, "time_limit": ACTOR_TIME_LIMIT_MS}
     if priority:
         options["broker_priority"] = priority
+    if limits != (None, None):
+        options[LIMITS_OPTION] = list(limits)
     trace = tracing.carrier(trace_context)
     if trace is not None:
         options[tracing.TRACE_OPTION] = trace
@@ -58,11 +65,17 @@ def job_message(
     )
 
 
-def same_sqlite_file(conn: Connection, broker: Broker) -> bool:
-    """Whether *broker* stores its messages in the SQLite file *conn* is connected to."""
-    if not isinstance(broker, SQLiteBroker) or conn.dialect.name != "sqlite":
+def same_sqlite_file(conn: Connection | sqlite3.Connection, broker: Broker) -> bool:
+    """Whether *broker* stores its messages in the SQLite file *conn* is connected to (a SQLAlchemy
+    connection, or a raw one of the claim path)."""
+    if not isinstance(broker, SQLiteBroker):
         return False
-    database = conn.engine.url.database
+    if isinstance(conn, sqlite3.Connection):
+        database = conn.execute("PRAGMA database_list").fetchone()[2]
+    elif conn.dialect.name != "sqlite":
+        return False
+    else:
+        database = conn.engine.url.database
     if not database:
         return False
     return _same_file(database, broker.target.path)
@@ -75,7 +88,7 @@ def _same_file(a: str, b: str) -> bool:
 
 
 def publish_in_transaction(
-    conn: Connection,
+    conn: Connection | sqlite3.Connection,
     broker: Broker,
     *,
     job_id: str,
@@ -85,16 +98,18 @@ def publish_in_transaction(
     delay_ms: int,
     now: int,
     trace_context: str | None = None,
+    limits: tuple[str | None, str | None] = (None, None),
 ) -> str:
     """Write the job's next message inside the open transaction of *conn*; returns its message id.
 
+    Only :mod:`jobs.admission` calls this: it decides when a queued job may have its message.
     *trace_context*: the job's stored trace context, for a message written outside any span.
 
     Raises:
       dramatiq.errors.QueueNotFound: The SQLite broker has not declared the queue (call
         :func:`prepare_broker` before opening the transaction).
     """
-    message = job_message(job_id, actor_name, queue_name, priority=priority, trace_context=trace_context)
+    message = job_message(job_id, actor_name, queue_name, priority=priority, trace_context=trace_context, limits=limits)
     if same_sqlite_file(conn, broker):
         broker.enqueue(message, delay=delay_ms if delay_ms > 0 else None, connection=conn)
     else:

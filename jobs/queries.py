@@ -7,6 +7,7 @@ owner's jobs, optionally filtered by owner).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import Connection, Engine
 
-from . import attempts, db, exit_store, read_store, retention_store, store
+from . import admission, attempts, db, exit_store, read_store, retention_store, store
 from .attempts import AttemptRecord
 from .errors import CursorExpired, JobNotFound
 from .read_store import JobFilterSQL
@@ -92,7 +93,11 @@ def get_job(engine: Engine, job_id: str, *, owner_id: str, is_admin: bool = Fals
       JobNotFound: No such job, or another owner's (the two are indistinguishable).
     """
     with db.read(engine) as conn:
-        (record,) = _records(conn, [_visible(store.job_get(conn, job_id), owner_id, is_admin)])
+        row = _visible(store.job_get(conn, job_id), owner_id, is_admin)
+        (record,) = _records(conn, [row])
+        if row.held is not None:
+            detail = admission.waiting_detail(conn, row.held, row.held_on or "", now=store.now_ms())
+            record = dataclasses.replace(record, waiting=detail)
     return record
 
 

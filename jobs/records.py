@@ -50,13 +50,23 @@ class JobRecord:
     created: bool = False
     #: Its last attempt timed out and its thread has not stopped yet: a retry waits (see jobs.exit_store).
     still_exiting: bool = False
+    #: A queued job waiting for admission: what for (:func:`jobs.admission.waiting_detail`; in lists only
+    #: ``reason`` and what it waits on, a job's own page also what is in use and the limit). None otherwise.
+    waiting: dict[str, Any] | None = None
 
     @property
     def terminal(self) -> bool:
         return self.status.terminal
 
     @classmethod
-    def from_row(cls, row: JobRow, *, created: bool = False, still_exiting: bool = False) -> JobRecord:
+    def from_row(
+        cls,
+        row: JobRow,
+        *,
+        created: bool = False,
+        still_exiting: bool = False,
+        waiting: dict[str, Any] | None = None,
+    ) -> JobRecord:
         return cls(
             id=row.id,
             owner_id=row.owner_id,
@@ -83,7 +93,18 @@ class JobRecord:
             summary=row.summary,
             created=created,
             still_exiting=still_exiting,
+            waiting=waiting if waiting is not None or row.held is None else waiting_of(row.held, row.held_on or ""),
         )
+
+
+def waiting_of(held: str, on: str) -> dict[str, Any]:
+    """What a waiting job's row alone says it waits for (the reason, and the queue, key or workflow)."""
+    if held in ("concurrency", "rate"):
+        name, _, value = on.partition("=")
+        return {"reason": held, "limit_name": name, "key": value}
+    if held == "steps":
+        return {"reason": held, "workflow": on}
+    return {"reason": "fair_share", "queue": on}
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from dramatiq.broker import Broker
 
 from . import current
 from .errors import UnknownKind
+from .limits import ConcurrencyLimit, RateLimit
 from .payloads import PayloadSchema, any_object
 
 logger = logging.getLogger(__name__)
@@ -71,6 +72,8 @@ class Kind:
       summary: ``summary(payload) -> str | None``: a short line saying which job this is (the import
         folder, the clip window), stored at submit, shown in lists and searchable. The payload itself
         is never shown.
+      concurrency: At most so many of its jobs of one key run at once (:mod:`jobs.limits`).
+      rate: At most so many of its jobs of one key start per period.
     """
 
     name: str
@@ -85,10 +88,27 @@ class Kind:
     payload: PayloadSchema | None = None
     summary: Callable[[dict[str, Any]], str | None] | None = None
     priority: int = 0
+    concurrency: ConcurrencyLimit | None = None
+    rate: RateLimit | None = None
 
     @property
     def schema(self) -> PayloadSchema:
         return self.payload or any_object(self.name.replace("_", " ").capitalize())
+
+    def limit_keys(
+        self, owner_id: str, payload: dict[str, Any], concurrency_key: str | None = None
+    ) -> tuple[str | None, str | None]:
+        """The job's ``(concurrency key, rate key)`` under this kind's limits (:mod:`jobs.limits`).
+
+        Raises:
+          ValueError: *concurrency_key* given although the kind's limit takes none from a submit.
+        """
+        if concurrency_key is not None and self.concurrency is None:
+            raise ValueError(f"kind {self.name} has no concurrency limit to take a key for")
+        return (
+            self.concurrency.key_of(owner_id, payload, concurrency_key) if self.concurrency else None,
+            self.rate.key_of(owner_id, payload) if self.rate else None,
+        )
 
     def summarize(self, payload: dict[str, Any]) -> str | None:
         """This kind's summary of *payload* (a validated one), at most :data:`MAX_SUMMARY_CHARS`."""
@@ -127,13 +147,16 @@ class Registry:
         priority: int = 0,
         payload: PayloadSchema | None = None,
         summary: Callable[[dict[str, Any]], str | None] | None = None,
+        concurrency: ConcurrencyLimit | None = None,
+        rate: RateLimit | None = None,
         broker: Broker | None = None,
     ) -> Callable[[Callable[..., Any]], Kind]:
         """Decorator declaring a job kind.
 
         Parameters:
           name: Kind (and actor) name; default: the function's name.
-          queue, safe_to_rerun, backoff, never_retry, max_attempts, timeout_s, payload, summary: See :class:`Kind`.
+          queue, safe_to_rerun, backoff, never_retry, max_attempts, timeout_s, payload, summary, concurrency,
+            rate: See :class:`Kind`.
           priority: Dramatiq actor priority (worker-local ordering).
           broker: Declare its actor on this broker now (default: when the registry is bound, :meth:`bind`).
 
@@ -157,6 +180,8 @@ class Registry:
                 payload=payload,
                 summary=summary,
                 priority=priority,
+                concurrency=concurrency,
+                rate=rate,
             )
             self.add(k, broker=broker)
             return k

@@ -67,7 +67,8 @@ JOB_COLUMNS = (
     "id, owner_id, kind, actor_name, queue_name, resource_type, resource_id, idempotency_key, request_digest, "
     "payload, config, priority, status, attempt, max_attempts, timeout_s, safe_to_rerun, worker_id, "
     "lease_expires_at, run_after, progress, progress_message, result, error, cancel_requested_at, event_seq, "
-    "created_at, updated_at, started_at, completed_at, retry_of_job_id, parent_job_id, summary"
+    "created_at, updated_at, started_at, completed_at, retry_of_job_id, parent_job_id, summary, trace_context, "
+    "concurrency_key, rate_key, held, held_on"
 )
 
 
@@ -108,6 +109,14 @@ class JobRow:
     retry_of_job_id: str | None
     parent_job_id: str | None
     summary: str | None
+    #: The submit's W3C trace context (JSON) when it was traced: a message written later carries it.
+    trace_context: str | None = None
+    #: Its keys under its kind's concurrency and rate limits (``<limit>=<value>``; :mod:`jobs.limits`).
+    concurrency_key: str | None = None
+    rate_key: str | None = None
+    #: Why a queued job waits for its message, and on what (:mod:`jobs.admission`); None when it has one.
+    held: str | None = None
+    held_on: str | None = None
 
 
 @dataclass(frozen=True)
@@ -137,6 +146,8 @@ class ExpiredJob:
     lease_expires_at: int
     #: ``jobs.trace_context``: the submit's trace context (JSON), if it was traced.
     trace_context: str | None
+    concurrency_key: str | None = None
+    rate_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -201,10 +212,11 @@ def job_insert(conn: Connection, row: dict[str, Any]) -> None:
             "INSERT INTO jobs (id, owner_id, kind, actor_name, queue_name, resource_type, resource_id, "
             "idempotency_key, request_digest, payload, config, priority, status, attempt, max_attempts, timeout_s, "
             "safe_to_rerun, run_after, event_seq, created_at, updated_at, retry_of_job_id, parent_job_id, summary, "
-            "trace_context) "
+            "trace_context, concurrency_key, rate_key, held, held_on) "
             "VALUES (:id, :owner_id, :kind, :actor_name, :queue_name, :resource_type, :resource_id, :idempotency_key, "
             ":request_digest, :payload, :config, :priority, 'queued', 0, :max_attempts, :timeout_s, :safe_to_rerun, "
-            ":run_after, 1, :created_at, :created_at, :retry_of_job_id, :parent_job_id, :summary, :trace_context)"
+            ":run_after, 1, :created_at, :created_at, :retry_of_job_id, :parent_job_id, :summary, :trace_context, "
+            ":concurrency_key, :rate_key, :held, :held_on)"
         ),
         row,
     )
@@ -240,7 +252,7 @@ _CLAIM = (
     "UPDATE jobs SET status = 'running', attempt = attempt + 1, worker_id = :worker, "
     "lease_expires_at = :expires, started_at = :now, updated_at = :now, progress = NULL, "
     "progress_message = NULL, event_seq = event_seq + 1 "
-    "WHERE {ids} AND attempt < max_attempts AND {status} = 'queued' "
+    "WHERE {ids} AND attempt < max_attempts AND {status} = 'queued' AND held IS NULL "
 )
 
 
@@ -376,6 +388,8 @@ def job_event_seq_next_if_current(
 _MOVE = "UPDATE jobs SET {sets}, updated_at = :now, event_seq = event_seq + {events} WHERE {guard} RETURNING event_seq"
 #: The columns every move into a final status sets (the CHECKs: no lease, a completion time).
 _FINISH = "status = :status, worker_id = NULL, lease_expires_at = NULL, completed_at = :now"
+#: What a queued job's move out of ``queued`` also clears: its wait for admission (the held CHECK).
+_UNHOLD = ", held = NULL, held_on = NULL"
 
 
 def _move(
@@ -449,7 +463,9 @@ def job_requeue_for_retry(
 # -- jobs: control (cancel, unknown kinds) ----------------------------------------------------------
 def job_cancel_queued(conn: Connection, job_id: str, now: int) -> int | None:
     """queued → cancelled at once; returns the status event's sequence."""
-    return _move(conn, _FINISH, "id = :id AND status = 'queued'", {"id": job_id, "status": "cancelled", "now": now})
+    return _move(
+        conn, _FINISH + _UNHOLD, "id = :id AND status = 'queued'", {"id": job_id, "status": "cancelled", "now": now}
+    )
 
 
 def job_request_cancel(conn: Connection, job_id: str, now: int) -> int | None:
@@ -466,7 +482,7 @@ def job_fail_queued(conn: Connection, job_id: str, error: str, now: int) -> int 
     """queued → failed without running (a message for a kind this worker cannot run)."""
     return _move(
         conn,
-        _FINISH + ", error = :error",
+        _FINISH + _UNHOLD + ", error = :error",
         "id = :id AND status = 'queued'",
         {"id": job_id, "status": "failed", "error": error, "now": now},
     )
@@ -482,7 +498,8 @@ def job_list_expired(
     """
     sql = (
         "SELECT id, owner_id, kind, parent_job_id, actor_name, queue_name, priority, attempt, max_attempts, worker_id, "
-        "safe_to_rerun, cancel_requested_at IS NOT NULL, lease_expires_at, trace_context FROM jobs "
+        "safe_to_rerun, cancel_requested_at IS NOT NULL, lease_expires_at, trace_context, concurrency_key, rate_key "
+        "FROM jobs "
         "WHERE status = 'running' AND lease_expires_at < :now"
     )
     params: dict[str, Any] = {"now": now, "limit": limit}
@@ -500,7 +517,7 @@ def job_list_expired(
             stmt = stmt.bindparams(bindparam("queues", expanding=True))
         _SQL[sql] = stmt
     rows = conn.execute(stmt, params).fetchall()
-    return [ExpiredJob(*r[:10], bool(r[10]), bool(r[11]), int(r[12]), r[13]) for r in rows]
+    return [ExpiredJob(*r[:10], bool(r[10]), bool(r[11]), int(r[12]), *r[13:]) for r in rows]
 
 
 def job_recover_requeue(conn: Connection, job_id: str, attempt: int, worker: str, now: int) -> int | None:
@@ -606,7 +623,7 @@ def idempotency_insert(
 
 # -- outbox ------------------------------------------------------------------------------------------
 def outbox_insert(
-    conn: Connection,
+    conn: Connection | sqlite3.Connection,
     *,
     message_id: str,
     job_id: str | None,
@@ -616,11 +633,10 @@ def outbox_insert(
     eta: int,
     now: int,
 ) -> None:
-    conn.execute(
-        _q(
-            "INSERT INTO outbox (message_id, job_id, queue_name, actor_name, body, eta, created_at, attempts) "
-            "VALUES (:message_id, :job_id, :queue_name, :actor_name, :body, :eta, :now, 0)"
-        ),
+    _exec(
+        conn,
+        "INSERT INTO outbox (message_id, job_id, queue_name, actor_name, body, eta, created_at, attempts) "
+        "VALUES (:message_id, :job_id, :queue_name, :actor_name, :body, :eta, :now, 0)",
         {
             "message_id": message_id,
             "job_id": job_id,
@@ -836,6 +852,12 @@ class ExpeditedJob:
     queue_name: str
     priority: int
     sequence: int
+    created_at: int
+    concurrency_key: str | None
+    rate_key: str | None
+    trace_context: str | None
+    #: It waits for admission (no message to expedite): its turn comes as any due job's.
+    held: str | None
 
 
 def job_run_now(conn: Connection, job_id: str, now: int) -> ExpeditedJob | None:
@@ -848,7 +870,8 @@ def job_run_now(conn: Connection, job_id: str, now: int) -> ExpeditedJob | None:
         _q(
             "UPDATE jobs SET run_after = :now, updated_at = :now, event_seq = event_seq + 1 "
             "WHERE id = :id AND status = 'queued' AND run_after > :now AND actor_name <> '' "
-            "RETURNING id, owner_id, kind, actor_name, queue_name, priority, event_seq"
+            "RETURNING id, owner_id, kind, actor_name, queue_name, priority, event_seq, created_at, concurrency_key, "
+            "rate_key, trace_context, held"
         ),
         {"id": job_id, "now": now},
     ).fetchone()

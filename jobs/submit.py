@@ -54,6 +54,7 @@ def submit(
     settings: Settings | None = None,
     retry_of_job_id: str | None = None,
     parent_job_id: str | None = None,
+    concurrency_key: str | None = None,
 ) -> JobRecord:
     """Create a job (or return the one this idempotency key already made).
 
@@ -78,6 +79,8 @@ def submit(
       registry: Where to look the kind up (default: :data:`jobs.registry.registry`).
       settings: Default: this process's settings.
       retry_of_job_id, parent_job_id: Links to the job this one retries / belongs to.
+      concurrency_key: The job's key under its kind's concurrency limit, where the limit takes one from
+        the submit (``ConcurrencyLimit(from_submit=True)``; :mod:`jobs.limits`).
 
     Raises:
       UnknownKind: The kind is not registered (or no broker runs it).
@@ -128,6 +131,7 @@ def submit(
         retry_of_job_id=retry_of_job_id,
         parent_job_id=parent_job_id,
         summary=k.summarize(payload),
+        limit_keys=k.limit_keys(owner_id, payload, concurrency_key),
     )
     delay_ms = row["run_after"] - row["created_at"]
     prepare_broker(broker, k.queue)

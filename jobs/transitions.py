@@ -27,10 +27,10 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
-from . import attempts, dag, events, exit_store, store
+from . import admission, attempts, dag, events, exit_store, store
+from .admission_store import STEPS, HeldJob
 from .db import Tx
 from .lifecycle import lifecycle
-from .publish import publish_in_transaction, resolve_broker
 from .status import TERMINAL_STATUSES, JobStatus
 
 #: The error of a job whose last attempt's worker was lost (a safe kind with no attempt left).
@@ -56,11 +56,29 @@ class Attempt:
     parent_job_id: str | None = None
     #: ``time.monotonic()`` at the claim (None for an attempt not made by a claim in this process).
     started_monotonic: float | None = None
+    #: The job's concurrency key: its slot comes back when this attempt stops running (jobs.admission).
+    concurrency_key: str | None = None
 
     @classmethod
     def of(cls, job: store.JobRow, *, started_monotonic: float | None = None) -> Attempt:
         assert job.worker_id is not None, "only a running job has an attempt"
-        return cls(job.id, job.owner_id, job.kind, job.attempt, job.worker_id, job.parent_job_id, started_monotonic)
+        return cls(
+            job.id,
+            job.owner_id,
+            job.kind,
+            job.attempt,
+            job.worker_id,
+            job.parent_job_id,
+            started_monotonic,
+            job.concurrency_key,
+        )
+
+    @classmethod
+    def expired(cls, job: store.ExpiredJob) -> Attempt:
+        """The attempt of a running job whose lease expired (its worker is gone)."""
+        return cls(
+            job.id, job.owner_id, job.kind, job.attempt, job.worker_id, job.parent_job_id, None, job.concurrency_key
+        )
 
     def elapsed_s(self) -> float | None:
         return None if self.started_monotonic is None else time.monotonic() - self.started_monotonic
@@ -76,30 +94,79 @@ def _host(worker_id: str) -> str:
 
 
 # -- claim ------------------------------------------------------------------------------------------
-def claim(tx: Tx, job_id: str, *, worker: str, lease_ms: int, now: int) -> store.JobRow | None:
+#: A job's ``(concurrency key, rate key)`` as its message names them (``jobs.publish.LIMITS_OPTION``).
+NO_LIMITS: tuple[str | None, str | None] = (None, None)
+
+
+def claim(
+    tx: Tx,
+    job_id: str,
+    *,
+    worker: str,
+    lease_ms: int,
+    now: int,
+    limits: tuple[str | None, str | None] = NO_LIMITS,
+) -> store.JobRow | None:
     """queued → running (``attempt + 1``, this worker, a fresh lease). None when the job is not queued
     (cancelled, finished, running: one under an expired lease is recovered first, see
-    :func:`jobs.recovery.recover_in`) or out of attempts."""
+    :func:`jobs.recovery.recover_in`), out of attempts, waiting for admission, or — for a job with
+    *limits* — when its key is at its limit: it then waits for the key (:func:`jobs.admission.claim_refusal`).
+
+    Admits the waiting jobs the claim made room for, in the same transaction."""
+    job = _claim_one(tx, job_id, worker=worker, lease_ms=lease_ms, now=now, limits=limits)
+    if job is not None:
+        admission.after_claims(tx, [job.queue_name], [job.rate_key] if job.rate_key else [], now=now)
+    return job
+
+
+def _claim_one(
+    tx: Tx, job_id: str, *, worker: str, lease_ms: int, now: int, limits: tuple[str | None, str | None]
+) -> store.JobRow | None:
+    if limits != NO_LIMITS:
+        refusal = admission.claim_refusal(tx, job_id, limits, now=now)
+        if refusal is not None:
+            admission.claim_refused(tx, job_id, refusal, now=now)
+            return None
     job = store.job_claim(tx.conn, job_id, worker, now, lease_ms)
     if job is not None:
         events.status_event(tx, job_id=job.id, sequence=job.event_seq, status="running", now=now, attempt=job.attempt)
+        admission.started(tx, job.rate_key, now=now)
         _tell(tx, "job.started", job.id, job.kind, job.attempt)
     return job
 
 
 def claim_many(
-    txs: Sequence[Tx], job_ids: Sequence[str], *, worker: str, lease_ms: int, now: int
+    txs: Sequence[Tx],
+    job_ids: Sequence[str],
+    *,
+    worker: str,
+    lease_ms: int,
+    now: int,
+    limits: Sequence[tuple[str | None, str | None]] | None = None,
 ) -> list[store.JobRow | None]:
-    """:func:`claim` for several jobs in one statement (SQLite; the *txs* share one raw connection, each
-    with its own after-commit work). A job named twice is claimed once (the later request gets None)."""
-    claimed = store.job_claim_many(txs[0].conn, list(job_ids), worker, now, lease_ms)  # type: ignore[arg-type]
-    jobs = [claimed.pop(job_id, None) for job_id in job_ids]
+    """:func:`claim` for several jobs (SQLite; the *txs* share one raw connection, each with its own
+    after-commit work): the jobs without limits in one statement, the limited ones one by one after it.
+    A job named twice is claimed once (the later request gets None)."""
+    limits = limits or [NO_LIMITS] * len(job_ids)
+    plain = [job_id for job_id, keys in zip(job_ids, limits, strict=True) if keys == NO_LIMITS]
+    claimed = store.job_claim_many(txs[0].conn, plain, worker, now, lease_ms) if plain else {}  # type: ignore[arg-type]
     events.status_events_many(
-        txs[0].conn, now, [(j.id, j.event_seq, "running", {"attempt": j.attempt}) for j in jobs if j is not None]
+        txs[0].conn, now, [(j.id, j.event_seq, "running", {"attempt": j.attempt}) for j in claimed.values()]
     )
-    for tx, job in zip(txs, jobs, strict=True):
-        if job is not None:
-            _tell(tx, "job.started", job.id, job.kind, job.attempt)
+    jobs: list[store.JobRow | None] = []
+    for tx, job_id, keys in zip(txs, job_ids, limits, strict=True):
+        if keys == NO_LIMITS:
+            job = claimed.pop(job_id, None)
+            if job is not None:
+                _tell(tx, "job.started", job.id, job.kind, job.attempt)
+        else:
+            job = _claim_one(tx, job_id, worker=worker, lease_ms=lease_ms, now=now, limits=keys)
+        jobs.append(job)
+    started = [j for j in jobs if j is not None]
+    if started:
+        admission.after_claims(
+            txs[0], [j.queue_name for j in started], [j.rate_key for j in started if j.rate_key], now=now
+        )
     return jobs
 
 
@@ -115,6 +182,7 @@ def complete(tx: Tx, attempt: Attempt, result: str | None, *, now: int, progress
         return False
     _attempt_ended(tx, attempt, seq, "succeeded", now, outcome=attempts.SUCCEEDED)
     _finished(tx, attempt, "succeeded", now)
+    _stopped_running(tx, attempt, now)
     return True
 
 
@@ -145,6 +213,7 @@ def complete_many(
     for tx, (a, _, _), ok in zip(txs, completions, completed, strict=True):
         if ok:
             _tell(tx, "job.completed", a.job_id, a.kind, a.attempt, outcome="succeeded", duration_s=a.elapsed_s())
+            _stopped_running(tx, a, now)
     return completed
 
 
@@ -157,6 +226,7 @@ def fail(tx: Tx, attempt: Attempt, error: str, *, now: int, outcome: str = attem
         return False
     _attempt_ended(tx, attempt, seq, "failed", now, outcome=outcome, error=error)
     _finished(tx, attempt, "failed", now)
+    _stopped_running(tx, attempt, now)
     return True
 
 
@@ -182,6 +252,7 @@ def cancel_running(tx: Tx, attempt: Attempt, *, now: int) -> bool:
         return False
     _attempt_ended(tx, attempt, seq, "cancelled", now, outcome=attempts.CANCELLED)
     _finished(tx, attempt, "cancelled", now)
+    _stopped_running(tx, attempt, now)
     return True
 
 
@@ -207,7 +278,8 @@ def requeue_for_retry(tx: Tx, attempt: Attempt, error: str, *, delay_s: float, n
         retry_in_s=round(delay_s, 3),
         next=attempts.NEXT_RETRY,
     )
-    _publish(tx, job, delay_ms=int(delay_s * 1000), now=now)
+    admission.admit(tx, _candidate(job, run_after=now + int(delay_s * 1000)), now=now, delay_ms=int(delay_s * 1000))
+    _stopped_running(tx, attempt, now)
     _tell(
         tx,
         "job.retrying",
@@ -247,6 +319,7 @@ def _cancel_queued(tx: Tx, job: store.JobRow, now: int, data: dict[str, Any], *,
     if seq is None:
         return False
     events.status_event(tx, job_id=job.id, sequence=seq, status="cancelled", now=now, **data)
+    _left_unstarted(tx, job, now)
     if advance and job.parent_job_id is not None:
         _step_finished(tx, job.id, "cancelled", now)
     return True
@@ -258,6 +331,7 @@ def fail_queued(tx: Tx, job: store.JobRow, error: str, *, now: int) -> bool:
     if seq is None:
         return False
     events.status_event(tx, job_id=job.id, sequence=seq, status="failed", now=now, error=error)
+    _left_unstarted(tx, job, now)
     if job.parent_job_id is not None:
         _step_finished(tx, job.id, "failed", now)
     return True
@@ -288,7 +362,7 @@ def recover(tx: Tx, job: store.ExpiredJob, *, now: int, broker: Any) -> str | No
 
     The attempt ends ``lease lost — worker died``: a ``lease_expired`` event names the worker, its host
     and when the lease ran out, and the status event says what happened next."""
-    attempt = Attempt(job.id, job.owner_id, job.kind, job.attempt, job.worker_id, job.parent_job_id)
+    attempt = Attempt.expired(job)
     if job.cancel_requested:
         status, error, outcome = "cancelled", None, "cancelled"
     elif job.attempt >= job.max_attempts:
@@ -298,17 +372,21 @@ def recover(tx: Tx, job: store.ExpiredJob, *, now: int, broker: Any) -> str | No
         if seq is None:
             return None
         _lease_lost(tx, job, seq, now, status="queued", next_=attempts.NEXT_REQUEUED)
-        publish_in_transaction(
-            tx.conn,
-            broker,
-            job_id=job.id,
-            actor_name=job.actor_name,
-            queue_name=job.queue_name,
-            priority=job.priority,
-            delay_ms=0,
-            now=now,
-            trace_context=job.trace_context,  # the keeper recovers outside any span: keep the submit's trace
+        # The message carries the submit's stored trace context: the keeper recovers outside any span.
+        requeued = HeldJob(
+            job.id,
+            job.owner_id,
+            job.actor_name,
+            job.queue_name,
+            job.priority,
+            now,
+            now,
+            job.concurrency_key,
+            job.rate_key,
+            job.trace_context,
         )
+        admission.admit(tx, requeued, now=now, delay_ms=0, broker=broker)
+        _stopped_running(tx, attempt, now)
         _tell(tx, "job.retrying", job.id, job.kind, job.attempt, outcome="retrying")
         return "requeued"
     seq = store.job_recover_finish(tx.conn, job.id, job.attempt, job.worker_id, status, error, now)
@@ -316,6 +394,7 @@ def recover(tx: Tx, job: store.ExpiredJob, *, now: int, broker: Any) -> str | No
         return None
     _lease_lost(tx, job, seq, now, status=status, next_=status, **({"error": error} if error else {}))
     _finished(tx, attempt, status, now)
+    _stopped_running(tx, attempt, now)
     return outcome
 
 
@@ -326,9 +405,9 @@ def interrupt(tx: Tx, job: store.ExpiredJob, *, now: int) -> bool:
     if seq is None:
         return False
     _lease_lost(tx, job, seq, now, status="interrupted", next_=attempts.NEXT_INTERRUPTED)
-    _finished(
-        tx, Attempt(job.id, job.owner_id, job.kind, job.attempt, job.worker_id, job.parent_job_id), "interrupted", now
-    )
+    attempt = Attempt.expired(job)
+    _finished(tx, attempt, "interrupted", now)
+    _stopped_running(tx, attempt, now)
     return True
 
 
@@ -402,17 +481,35 @@ def _finished(tx: Tx, attempt: Attempt, status: str, now: int) -> None:
         _step_finished(tx, attempt.job_id, status, now)
 
 
-def _publish(tx: Tx, job: store.JobRow, *, delay_ms: int, now: int) -> None:
-    publish_in_transaction(
-        tx.conn,
-        tx.broker or resolve_broker(None),
-        job_id=job.id,
-        actor_name=job.actor_name,
-        queue_name=job.queue_name,
-        priority=job.priority,
-        delay_ms=delay_ms,
-        now=now,
+def _candidate(job: store.JobRow, *, run_after: int | None = None) -> HeldJob:
+    """What admission needs of *job* (with *run_after* as the move that requeues it sets it)."""
+    return HeldJob(
+        job.id,
+        job.owner_id,
+        job.actor_name,
+        job.queue_name,
+        job.priority,
+        job.run_after if run_after is None else run_after,
+        job.created_at,
+        job.concurrency_key,
+        job.rate_key,
+        job.trace_context,
     )
+
+
+def _stopped_running(tx: Tx, attempt: Attempt, now: int) -> None:
+    """An execution stopped running: its concurrency key's slot comes back to what waits for it."""
+    if attempt.concurrency_key is not None:
+        admission.released(tx, queue=None, concurrency_key=attempt.concurrency_key, rate_key=None, now=now)
+
+
+def _left_unstarted(tx: Tx, job: store.JobRow, now: int) -> None:
+    """A queued job ended before it started: if it was admitted, its place in its queue's window and its
+    keys' counts come back to what waits for them."""
+    if job.held is None:
+        admission.released(
+            tx, queue=job.queue_name, concurrency_key=job.concurrency_key, rate_key=job.rate_key, now=now
+        )
 
 
 def _step_finished(tx: Tx, job_id: str, status: str, now: int) -> None:
@@ -432,7 +529,7 @@ def _step_finished(tx: Tx, job_id: str, status: str, now: int) -> None:
     cancel_requested = parent.cancel_requested_at is not None
     if status == JobStatus.SUCCEEDED and not cancel_requested:
         for step in store.dependency_ready_dependents(conn, job_id):
-            _publish(tx, step, delay_ms=0, now=now)
+            admission.admit(tx, _candidate(step, run_after=now), now=now, delay_ms=0, waiting=(STEPS, parent_id))
     children = store.job_children(conn, parent_id)
     reused = dag.reused_steps(parent)
     if all(c.status == JobStatus.SUCCEEDED for c in children):

@@ -37,11 +37,12 @@ from sqlalchemy.orm import Session
 
 from settings.environment import Settings, current_settings
 
-from . import dag, db, events, store, transitions
+from . import admission, dag, db, events, store, transitions
+from .admission_store import STEPS
 from .dag import REUSED_KEY, STEP_KEY
-from .enqueue import insert, new_job_row, request_digest, retry_key
+from .enqueue import candidate, insert, new_job_row, request_digest, retry_key
 from .errors import JobCancelled, JobNotFound, JobNotRetryable, PayloadInvalid
-from .publish import prepare_broker, publish_in_transaction
+from .publish import prepare_broker
 from .records import JobRecord
 from .registry import WORKFLOW_QUEUE, Kind, Registry
 from .registry import registry as default_registry
@@ -305,22 +306,22 @@ def _insert_steps(
             config={**snapshot, **dict(step.config), STEP_KEY: step.name},
             parent_job_id=parent_id,
             summary=k.summarize(dict(step.payload)),
+            limit_keys=k.limit_keys(owner_id, dict(step.payload)),
         )
         ids[step.name] = row["id"]
+        row["held"], row["held_on"] = STEPS, parent_id  # until its dependencies have succeeded
         store.job_insert(tx.conn, row)
         events.status_event(tx, job_id=row["id"], sequence=1, status="queued", now=now)
         for dep in step.depends_on:
             store.dependency_insert(tx.conn, row["id"], ids[dep])
         if store.dependency_unmet_count(tx.conn, row["id"]) == 0:
-            publish_in_transaction(
-                tx.conn,
-                registry.broker_for(k.name),
-                job_id=row["id"],
-                actor_name=row["actor_name"],
-                queue_name=row["queue_name"],
-                priority=0,
-                delay_ms=max(0, row["run_after"] - now),  # the message is due exactly when the row says
+            admission.admit(
+                tx,
+                candidate(row),
                 now=now,
+                delay_ms=max(0, row["run_after"] - now),  # the message is due exactly when the row says
+                broker=registry.broker_for(k.name),
+                waiting=(STEPS, parent_id),
             )
     return ids
 

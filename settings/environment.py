@@ -34,6 +34,8 @@ DEFAULT_BROKER_LEASE_TTL_S = 30.0
 DEFAULT_JOB_TIMEOUT_S = 900
 #: Default number of attempts (the first run included).
 DEFAULT_MAX_ATTEMPTS = 3
+#: Ready jobs of one queue in the broker while fair share holds the rest back (runtime setting fair_share.window).
+DEFAULT_FAIR_SHARE_WINDOW = 64
 #: Where ``JobContext.output_path`` puts files.
 DEFAULT_OUTPUT_ROOT = "var/outputs"
 #: Where ``import_recording`` may read recordings (besides each owner's own uploads).

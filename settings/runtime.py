@@ -43,6 +43,7 @@ from sqlalchemy.exc import IntegrityError
 
 from . import runtime_store as store
 from .environment import (
+    DEFAULT_FAIR_SHARE_WINDOW,
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_RETENTION_DAYS,
     DEFAULT_RETENTION_DEAD_LETTERS_DAYS,
@@ -251,6 +252,64 @@ CATALOGUE: tuple[SettingSpec, ...] = (
         env=lambda s: getattr(s, "max_attempts", None),
     ),
     SettingSpec(
+        "fair_share.enabled",
+        "bool",
+        True,
+        NEXT_BOUNDARY,
+        "Start the ready jobs of a queue in rotation across owners (weighted by owners.<name>.weight); "
+        "every worker and web process reads it within 5 s.",
+    ),
+    SettingSpec(
+        "fair_share.window",
+        "int",
+        DEFAULT_FAIR_SHARE_WINDOW,
+        NEXT_BOUNDARY,
+        "With fair share on, how many jobs of one queue wait in the broker ready to start; the others wait in "
+        "the job store and are admitted in rotation across owners. Keep it above the queue's worker threads.",
+        minimum=1,
+        maximum=100_000,
+    ),
+    SettingSpec(
+        "owners.<name>.weight",
+        "int",
+        1,
+        NEXT_BOUNDARY,
+        "The owner's share under fair share, relative to the others' (default 1: equal shares).",
+        minimum=1,
+        maximum=1000,
+    ),
+    SettingSpec(
+        "concurrency.<name>.limit",
+        "int",
+        None,
+        NEXT_BOUNDARY,
+        "At most this many jobs of one key of the concurrency limit run at once, on every host "
+        "(null: the kind's declared limit).",
+        nullable=True,
+        minimum=1,
+        maximum=100_000,
+    ),
+    SettingSpec(
+        "rate.<name>.starts",
+        "int",
+        None,
+        NEXT_BOUNDARY,
+        "At most this many jobs of one key of the rate limit start per period (null: the kind's declared rate).",
+        nullable=True,
+        minimum=1,
+        maximum=1_000_000,
+    ),
+    SettingSpec(
+        "rate.<name>.period_s",
+        "int",
+        None,
+        NEXT_BOUNDARY,
+        "The rate limit's period in seconds (null: the kind's declared period).",
+        nullable=True,
+        minimum=1,
+        maximum=86_400,
+    ),
+    SettingSpec(
         "notify.webhook_secret",
         "str",
         None,
@@ -268,7 +327,11 @@ CATALOGUE: tuple[SettingSpec, ...] = (
 
 
 _BY_KEY = {spec.key: spec for spec in CATALOGUE if not spec.pattern}
-_PATTERNS = {spec.key.split(".", 1)[0]: spec for spec in CATALOGUE if spec.pattern}
+#: Pattern keys by family (the key's first part); a family may have several (``rate.<name>.starts``, ``….period_s``).
+_PATTERNS: dict[str, list[SettingSpec]] = {}
+for _spec in CATALOGUE:
+    if _spec.pattern:
+        _PATTERNS.setdefault(_spec.key.split(".", 1)[0], []).append(_spec)
 
 
 def values_json_schema() -> dict[str, Any]:
@@ -315,14 +378,12 @@ def spec_for(key: str) -> tuple[SettingSpec, str | None] | None:
     if key in _BY_KEY:
         return _BY_KEY[key], None
     family, _, rest = key.partition(".")
-    spec = _PATTERNS.get(family)
-    if spec is None:
-        return None
-    suffix = spec.key.split("<name>", 1)[1]  # ".paused"
-    if not rest.endswith(suffix):
-        return None
-    name = rest[: -len(suffix)]
-    return (spec, name) if NAME_RE.match(name) else None
+    for spec in _PATTERNS.get(family, ()):
+        suffix = spec.key.split("<name>", 1)[1]  # ".paused"
+        if rest.endswith(suffix):
+            name = rest[: -len(suffix)]
+            return (spec, name) if NAME_RE.match(name) else None
+    return None
 
 
 def _check(spec: SettingSpec, value: Any) -> str | None:
@@ -419,6 +480,11 @@ def saved_values(engine: Engine) -> dict[str, Any]:
     with _read(engine) as conn:
         row = store.latest(conn)
     return _load(row.document if row else None)
+
+
+def saved_on(conn: Any) -> dict[str, Any]:
+    """:func:`saved_values` read on the caller's connection, inside its transaction (SQLAlchemy or DB-API)."""
+    return _load(store.latest_document(conn))
 
 
 def _effective(saved: Mapping[str, Any], settings: Any) -> tuple[dict[str, Any], list[str]]:

@@ -7,8 +7,9 @@ per save: read the latest revision, then insert the next one).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import Connection, func, insert, select
+from sqlalchemy import Connection, func, insert, select, text
 
 from .runtime_models import runtime_settings
 
@@ -36,6 +37,14 @@ def latest(conn: Connection) -> RevisionRow | None:
         .limit(1)
     ).first()
     return None if row is None else RevisionRow(int(row[0]), int(row[1]), str(row[2]), str(row[3]))
+
+
+def latest_document(conn: Any) -> str | None:
+    """The newest saved batch's document, on a SQLAlchemy connection or a DB-API one (the job layer's claim
+    path reads it inside its own transaction on its raw sqlite3 connection)."""
+    sql = "SELECT document FROM runtime_settings ORDER BY revision DESC LIMIT 1"
+    row = (conn.execute(text(sql)) if isinstance(conn, Connection) else conn.execute(sql)).fetchone()
+    return None if row is None else str(row[0])
 
 
 def latest_revision(conn: Connection) -> int:

@@ -31,6 +31,7 @@ from dramatiq.broker import Broker
 
 from broker import SQLiteBroker
 from jobs.outbox import relay_once
+from jobs.admission import admit_waiting
 from jobs.recovery import recover_expired
 from jobs.retention import DAY_S, RetentionPolicy, effective_policy, prune
 from monitoring.metrics import record_pruned
@@ -133,6 +134,8 @@ def run_resync(broker: Broker, *, config: MaintenanceConfig | None = None) -> Re
     )
     reaped = step("reap", lambda: broker.reap()) if sqlite else None  # type: ignore[attr-defined]
     recovered = step("recover", lambda: recover_expired(engine, broker=broker).total)
+    # Jobs waiting for admission that could go (a crash between a release and its admissions).
+    step("admit_waiting", lambda: admit_waiting(engine, broker))
     # With the SQLite broker on the job database a job's message is written in its own transaction
     # and there is no outbox; otherwise the relay process publishes, and this is its safety net.
     republished = None if scheduler.transactional else step("outbox", lambda: relay_once(engine, broker))

@@ -24,7 +24,7 @@ from sqlalchemy import Engine
 from settings.environment import Settings
 
 from .. import current, db, store, transitions
-from ..publish import JOB_ID_OPTION
+from ..publish import JOB_ID_OPTION, LIMITS_OPTION
 from ..recovery import recover_expired
 from ..registry import Registry
 from ..schema import check_database_at_head
@@ -118,7 +118,11 @@ class JobMiddleware(Middleware):
             if kind is None or message.actor_name not in broker.actors:
                 retrying(f"Failing job {job_id}", lambda: self._fail_unknown(job_id, message.actor_name))
                 raise SkipMessage(f"no handler for kind {message.actor_name}")
-            ctx = retrying(f"Claim of job {job_id}", lambda: self.claimer.claim(broker, job_id, message.queue_name))
+            limits = tuple(message.options.get(LIMITS_OPTION) or transitions.NO_LIMITS)
+            ctx = retrying(
+                f"Claim of job {job_id}",
+                lambda: self.claimer.claim(broker, job_id, message.queue_name, limits),  # type: ignore[arg-type]
+            )
         except SkipMessage:
             raise
         except Exception:

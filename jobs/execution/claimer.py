@@ -31,27 +31,37 @@ class Claimer:
     def __init__(self, worker: WorkerState) -> None:
         self.worker = worker
 
-    def claim(self, broker: Broker, job_id: str, queue_name: str | None = None) -> JobContext | None:
+    def claim(
+        self,
+        broker: Broker,
+        job_id: str,
+        queue_name: str | None = None,
+        limits: tuple[str | None, str | None] = transitions.NO_LIMITS,
+    ) -> JobContext | None:
         """Claim *job_id* for this worker; its running context, or None when it is not claimable (a
-        duplicate delivery, cancelled, finished, or running under another worker's live lease)."""
+        duplicate delivery, cancelled, finished, running under another worker's live lease, or its key
+        is at its limit: *limits*, the keys its message names, see :func:`jobs.admission.claim_refusal`)."""
         with tracing.span("tenure.job.claim", job_id, queue=queue_name) as span:
-            ctx = self._claim(broker, job_id, queue_name)
+            ctx = self._claim(broker, job_id, queue_name, limits)
             if span is not None:
                 span.set_attribute("tenure.job.claimed", ctx is not None)
                 if ctx is not None:
                     span.set_attributes(tracing.job_attributes(kind=ctx.kind, attempt=ctx.attempt))
             return ctx
 
-    def _claim(self, broker: Broker, job_id: str, queue_name: str | None) -> JobContext | None:
+    def _claim(
+        self, broker: Broker, job_id: str, queue_name: str | None, limits: tuple[str | None, str | None]
+    ) -> JobContext | None:
         worker = self.worker
         prepare_broker(broker)
         worker_id, lease_ms = worker.worker_id, worker.lease_ttl_ms
 
         def one(tx: db.Tx) -> store.JobRow | None:
-            return transitions.claim(tx, job_id, worker=worker_id, lease_ms=lease_ms, now=store.now_ms())
+            tx.broker = broker
+            return transitions.claim(tx, job_id, worker=worker_id, lease_ms=lease_ms, now=store.now_ms(), limits=limits)
 
         if queue_name is not None and worker.acks_in_job_file(broker):
-            request = _ClaimRequest(job_id, one)
+            request = _ClaimRequest(job_id, one, limits, broker)
             job = broker.write_with_acks(queue_name, request, batch=self._batch)  # type: ignore[attr-defined]
             request.pending.run()
         else:
@@ -71,9 +81,13 @@ class Claimer:
     def _batch(self, conn: sqlite3.Connection, requests: list[_ClaimRequest]) -> list[store.JobRow | None]:
         """The claims of one ack batch in one UPDATE and one INSERT of their status events."""
         txs = [r.tx(conn) for r in requests]
-        ids = [r.job_id for r in requests]
         return transitions.claim_many(
-            txs, ids, worker=self.worker.worker_id, lease_ms=self.worker.lease_ttl_ms, now=store.now_ms()
+            txs,
+            [r.job_id for r in requests],
+            worker=self.worker.worker_id,
+            lease_ms=self.worker.lease_ttl_ms,
+            now=store.now_ms(),
+            limits=[r.limits for r in requests],
         )
 
 
@@ -81,16 +95,26 @@ class _ClaimRequest:
     """One worker thread's claim through the broker's ack writer: ``request(conn)`` runs it alone,
     :meth:`Claimer._batch` with the others of its batch."""
 
-    __slots__ = ("job_id", "pending", "_claim")
+    __slots__ = ("job_id", "limits", "pending", "_broker", "_claim")
 
-    def __init__(self, job_id: str, claim: Any) -> None:
+    def __init__(
+        self,
+        job_id: str,
+        claim: Any,
+        limits: tuple[str | None, str | None] = transitions.NO_LIMITS,
+        broker: Broker | None = None,
+    ) -> None:
         self.job_id = job_id
+        self.limits = limits
         self.pending = AfterCommitBuffer()
+        self._broker = broker
         self._claim = claim
 
     def tx(self, conn: sqlite3.Connection) -> db.Tx:
         self.pending = AfterCommitBuffer()  # a batch run again (database unavailable) starts afresh
-        return db.Tx(conn, self.pending)  # type: ignore[arg-type]
+        tx = db.Tx(conn, self.pending)  # type: ignore[arg-type]
+        tx.broker = self._broker  # the messages of the jobs its claims admit
+        return tx
 
     def __call__(self, conn: sqlite3.Connection) -> store.JobRow | None:
         return self._claim(self.tx(conn))  # type: ignore[no-any-return]

@@ -1,0 +1,357 @@
+"""Admission: whether a queued job gets its broker message now, or waits for it in the job store.
+
+A queued job starts only through its message, so admission decides what starts next by deciding which
+jobs have one. A job **waits** (``jobs.held``, no message, holding no worker thread) when
+
+- ``concurrency``: its concurrency key has ``limit`` jobs running or admitted to start;
+- ``rate``: its rate key used its starts of the last period (one waiting job of the key then waits in the
+  broker, delayed until a start leaves the period, to wake the others: no polling);
+- ``queue``: fair share is on and its queue already has ``fair_share.window`` jobs ready in the broker.
+
+and it is **admitted** (its message written in the same transaction: :func:`jobs.publish.publish_in_transaction`)
+when what it waits on frees up, in the transaction that frees it:
+
+- a claim takes an admitted job out of its queue's window (:func:`after_claims`);
+- a running job of a key stops running, or an admitted one is cancelled (:func:`released`).
+
+Waiting jobs are admitted **in rotation across owners**: the owner with the fewest jobs admitted or
+running there (divided by its weight) goes next, and an owner's own jobs go highest priority first, then
+oldest. The broker's FIFO therefore never holds more than the window of any one owner's backlog, and a
+newcomer's jobs start within about a window's worth of starts.
+
+The claim re-checks a keyed job's limits under the key's lock (:func:`claim_refusal`), so a limit holds
+whatever order messages arrive in (a retry's delayed message, a duplicate delivery); a refused claim makes
+the job wait again. The resync's :func:`sweep` re-admits whatever a crash between two of these steps
+could leave waiting. What is applied comes from :mod:`jobs.admission_policy`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Engine
+
+from . import admission_store as store
+from . import db
+from .admission_policy import Policy, policy
+from .admission_store import CONCURRENCY, QUEUE, RATE, STEPS, HeldJob
+from .db import Tx
+from .limits import key_value, limit_name
+from .publish import publish_in_transaction, resolve_broker
+from .store import now_ms
+
+logger = logging.getLogger(__name__)
+
+#: Owners weighed per pick (a queue with more owners waiting serves the first ones by name first).
+MAX_OWNERS = 1000
+#: Waiting jobs read per owner at a time while picking.
+PAGE = 16
+#: At most so many jobs admitted by one release or refill that has no limit to respect (fair share just
+#: switched off, a limit no kind declares any more); the sweep admits the rest.
+UNBOUNDED_BATCH = 500
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What admission decided for one job: wait (``held``, ``on``) or go (its message's ``delay_ms``)."""
+
+    held: str | None = None
+    on: str | None = None
+    delay_ms: int = 0
+
+
+def verdict(tx: Tx, job: HeldJob, *, now: int, delay_ms: int, rules: Policy, fair: bool = True) -> Verdict:
+    """Whether *job* may have its message now, counting every other job (never itself).
+
+    *fair*: apply the queue's fair-share window (False when the window itself is admitting it)."""
+    conn = tx.conn
+    due = delay_ms <= 0
+    key = job.concurrency_key
+    if key is not None and due:
+        limit = rules.concurrency_limit(key)
+        if limit is not None:
+            store.lock_key(conn, key)
+            running, admitted = store.key_active(conn, key, now, job.id)
+            if running + admitted >= limit:
+                return Verdict(CONCURRENCY, key)
+    rate_key = job.rate_key
+    if rate_key is not None:
+        rate = rules.rate(rate_key)
+        if rate is not None:
+            starts, period_ms = rate
+            store.lock_key(conn, rate_key)
+            recent = store.rate_starts_since(conn, rate_key, now - period_ms)
+            admitted = store.rate_admitted(conn, rate_key, job.id)
+            if len(recent) + admitted >= starts:
+                if admitted:
+                    return Verdict(RATE, rate_key)
+                # Nobody of this key is admitted to wake the waiting ones: this job waits in the broker
+                # until the start that fills the period leaves it.
+                free_at = recent[len(recent) - starts] + period_ms if len(recent) >= starts else now
+                delay_ms = max(delay_ms, free_at - now)
+                due = delay_ms <= 0
+    if fair and due and rules.fair_share:
+        queue = job.queue_name
+        window = rules.window
+        if (
+            store.held_exists(conn, QUEUE, queue)
+            or store.queue_admitted_due(conn, queue, now, window, job.id) >= window
+        ):
+            return Verdict(QUEUE, queue)
+    return Verdict(delay_ms=max(0, delay_ms))
+
+
+def admit(
+    tx: Tx,
+    job: HeldJob,
+    *,
+    now: int,
+    delay_ms: int,
+    broker: Any = None,
+    rules: Policy | None = None,
+    fair: bool = True,
+    waiting: tuple[str, str] | None = None,
+) -> bool:
+    """Give queued *job*, which has no message (requeued, recovered, a workflow step whose dependencies
+    succeeded, a waiting job whose turn may have come), its message now, or make it wait. True when its
+    message was written. *waiting*: what the job waits on now (None: it does not wait)."""
+    decided = verdict(tx, job, now=now, delay_ms=delay_ms, rules=rules or policy(tx.conn), fair=fair)
+    if decided.held is None:
+        if waiting is not None and not store.unhold(tx.conn, job.id, now):
+            return False  # no longer waiting: cancelled, or admitted by another transaction
+        publish(tx, job, decided.delay_ms, now, broker)
+        return True
+    if (decided.held, decided.on) != waiting:
+        assert decided.on is not None
+        store.hold(tx.conn, job.id, decided.held, decided.on, now)
+    return False
+
+
+def claim_refusal(tx: Tx, job_id: str, keys: Sequence[str | None], *, now: int) -> Verdict | None:
+    """Whether a claim of the job with ``(concurrency key, rate key)`` *keys* must wait instead (None: it may
+    run). Takes the keys' locks, which the claim keeps until it commits."""
+    key, rate_key = keys
+    rules = policy(tx.conn)
+    conn = tx.conn
+    if key is not None:
+        store.lock_key(conn, key)
+        limit = rules.concurrency_limit(key)
+        if limit is not None and store.key_running(conn, key) >= limit:
+            return Verdict(CONCURRENCY, key)
+    if rate_key is not None:
+        store.lock_key(conn, rate_key)
+        rate = rules.rate(rate_key)
+        if rate is not None and len(store.rate_starts_since(conn, rate_key, now - rate[1])) >= rate[0]:
+            return Verdict(RATE, rate_key)
+    return None
+
+
+def claim_refused(tx: Tx, job_id: str, refusal: Verdict, *, now: int) -> None:
+    """A claimed message whose job must wait (:func:`claim_refusal`): the job waits for its key."""
+    assert refusal.held is not None and refusal.on is not None
+    if store.hold(tx.conn, job_id, refusal.held, refusal.on, now) and refusal.held == RATE:
+        _wake_rate(tx, refusal.on, now, policy(tx.conn))
+
+
+def started(tx: Tx, rate_key: str | None, *, now: int) -> None:
+    """A claimed job started: count a rate-limited start."""
+    if rate_key is not None:
+        store.rate_start_insert(tx.conn, rate_key, now)
+
+
+def after_claims(tx: Tx, queues: Iterable[str], rate_keys: Iterable[str], *, now: int) -> None:
+    """Claims took admitted jobs out of *queues*' windows (and started jobs of *rate_keys*): admit waiting ones."""
+    rules: Policy | None = None
+    for queue in set(queues):
+        if store.held_exists(tx.conn, QUEUE, queue):
+            rules = rules or policy(tx.conn)
+            _refill(tx, queue, now, rules)
+    for rate_key in set(rate_keys):
+        rules = rules or policy(tx.conn)
+        _wake_rate(tx, rate_key, now, rules)
+
+
+def released(tx: Tx, *, queue: str | None, concurrency_key: str | None, rate_key: str | None, now: int) -> None:
+    """Capacity came back: a running job of *concurrency_key* stopped running, or an admitted job (of
+    *queue*, and its keys) was cancelled or failed before starting. Admit what waits on it."""
+    if queue is None and concurrency_key is None and rate_key is None:
+        return
+    rules = policy(tx.conn)
+    if concurrency_key is not None:
+        _release_key(tx, concurrency_key, now, rules)
+    if rate_key is not None:
+        _wake_rate(tx, rate_key, now, rules)
+    if queue is not None and store.held_exists(tx.conn, QUEUE, queue):
+        _refill(tx, queue, now, rules)
+
+
+def sweep(tx: Tx, *, now: int) -> int:
+    """Admit whatever waits although it could go (a crash between a release and its admissions, a limit
+    raised, fair share switched off): every waiting group is released once. Returns the groups visited."""
+    rules = policy(tx.conn)
+    groups = store.held_counts(tx.conn)
+    for held, on, _count in groups:
+        if held == CONCURRENCY:
+            _release_key(tx, on, now, rules)
+        elif held == RATE:
+            _wake_rate(tx, on, now, rules)
+        elif held == QUEUE:
+            _refill(tx, on, now, rules)
+        # STEPS: a workflow admits a step when its last dependency succeeds (jobs.transitions).
+    return len(groups)
+
+
+def admit_waiting(engine: Engine, broker: Any = None) -> int:
+    """:func:`sweep` in a transaction of its own (the resync's step)."""
+    with db.write(engine) as tx:
+        tx.broker = broker
+        return sweep(tx, now=now_ms())
+
+
+def waiting_detail(conn: Any, held: str, on: str, *, now: int, rules: Policy | None = None) -> dict[str, Any]:
+    """What a waiting job waits for, for people: the limit's name and key, what is in use and the limit."""
+    rules = rules or policy(conn)
+    if held == CONCURRENCY:
+        running = store.key_running(conn, on)
+        return {
+            "reason": CONCURRENCY,
+            "limit_name": limit_name(on),
+            "key": key_value(on),
+            "running": running,
+            "limit": rules.concurrency_limit(on),
+        }
+    if held == RATE:
+        rate = rules.rate(on)
+        recent = store.rate_starts_since(conn, on, now - rate[1]) if rate else []
+        return {
+            "reason": RATE,
+            "limit_name": limit_name(on),
+            "key": key_value(on),
+            "started": len(recent),
+            "starts": rate[0] if rate else None,
+            "period_s": rate[1] / 1000 if rate else None,
+        }
+    if held == STEPS:
+        return {"reason": STEPS, "workflow": on}
+    return {"reason": "fair_share", "queue": on, "window": rules.window}
+
+
+def describe(detail: dict[str, Any]) -> str:
+    """A waiting job's line: ``waiting: concurrency key render_clip.owner=bob, 2/2 running``."""
+    if detail["reason"] == CONCURRENCY:
+        return (
+            f"waiting: concurrency key {detail['limit_name']}={detail['key']}, "
+            f"{detail['running']}/{detail['limit'] if detail['limit'] is not None else '—'} running"
+        )
+    if detail["reason"] == RATE:
+        return (
+            f"waiting: rate key {detail['limit_name']}={detail['key']}, {detail['started']}/{detail['starts']} "
+            f"started in {detail['period_s']:g} s"
+        )
+    if detail["reason"] == STEPS:
+        return "waiting for the workflow steps it depends on"
+    return f"waiting for its turn in queue {detail['queue']} (fair share)"
+
+
+# -- internals -------------------------------------------------------------------------------------------
+def publish(tx: Tx, job: HeldJob, delay_ms: int, now: int, broker: Any = None) -> None:
+    """Write the message of admitted *job* (its verdict said go)."""
+    publish_in_transaction(
+        tx.conn,  # type: ignore[arg-type]
+        broker or tx.broker or resolve_broker(None),
+        job_id=job.id,
+        actor_name=job.actor_name,
+        queue_name=job.queue_name,
+        priority=job.priority,
+        delay_ms=delay_ms,
+        now=now,
+        trace_context=job.trace_context,
+        limits=(job.concurrency_key, job.rate_key),
+    )
+
+
+def _refill(tx: Tx, queue: str, now: int, rules: Policy) -> None:
+    conn = tx.conn
+    if rules.fair_share:
+        free = rules.window - store.queue_admitted_due(conn, queue, now, rules.window)
+    else:
+        free = UNBOUNDED_BATCH
+    if free <= 0:
+        return
+    for job in _pick(tx, QUEUE, queue, free, rules, store.queue_inflight):
+        admit(tx, job, now=now, delay_ms=job.run_after - now, rules=rules, fair=False, waiting=(QUEUE, queue))
+
+
+def _release_key(tx: Tx, key: str, now: int, rules: Policy) -> None:
+    conn = tx.conn
+    store.lock_key(conn, key)
+    if not store.held_exists(conn, CONCURRENCY, key):
+        return
+    limit = rules.concurrency_limit(key)
+    if limit is None:
+        free = UNBOUNDED_BATCH
+    else:
+        running, admitted = store.key_active(conn, key, now)
+        free = limit - running - admitted
+    if free <= 0:
+        return
+    for job in _pick(tx, CONCURRENCY, key, free, rules, store.key_inflight):
+        admit(tx, job, now=now, delay_ms=job.run_after - now, rules=rules, waiting=(CONCURRENCY, key))
+
+
+def _wake_rate(tx: Tx, rate_key: str, now: int, rules: Policy) -> None:
+    conn = tx.conn
+    store.lock_key(conn, rate_key)
+    if not store.held_exists(conn, RATE, rate_key):
+        return
+    rate = rules.rate(rate_key)
+    if rate is None:
+        wanted = UNBOUNDED_BATCH
+    else:
+        starts, period_ms = rate
+        admitted = store.rate_admitted(conn, rate_key)
+        free = starts - len(store.rate_starts_since(conn, rate_key, now - period_ms)) - admitted
+        # With no start free and none admitted, one waiting job is admitted delayed, to wake the others.
+        wanted = free if free > 0 else (1 if admitted == 0 else 0)
+    if wanted <= 0:
+        return
+    for job in _pick(tx, RATE, rate_key, wanted, rules, store.rate_key_admitted_by_owner):
+        admit(tx, job, now=now, delay_ms=job.run_after - now, rules=rules, waiting=(RATE, rate_key))
+
+
+def _pick(
+    tx: Tx,
+    held: str,
+    on: str,
+    n: int,
+    rules: Policy,
+    inflight: Callable[[Any, str, Sequence[str]], dict[str, int]],
+) -> list[HeldJob]:
+    """Up to *n* jobs waiting on *on*, in rotation across their owners: each next one is the top job of
+    the owner with the fewest jobs in flight there per unit of weight (ties: by owner)."""
+    conn = tx.conn
+    owners = store.held_owners(conn, held, on, MAX_OWNERS)
+    if not owners:
+        return []
+    if len(owners) == 1:
+        return store.held_next(conn, held, on, owners[0], n)
+    counts = inflight(conn, on, owners)
+    pages: dict[str, list[HeldJob]] = {}
+    last: dict[str, HeldJob] = {}
+    live = list(owners)
+    picked: list[HeldJob] = []
+    while len(picked) < n and live:
+        owner = min(live, key=lambda o: (counts.get(o, 0) / rules.weight(o), o))
+        page = pages.get(owner)
+        if not page:
+            page = pages[owner] = store.held_next(conn, held, on, owner, min(PAGE, n - len(picked)), last.get(owner))
+            if not page:
+                live.remove(owner)
+                continue
+        last[owner] = job = page.pop(0)
+        picked.append(job)
+        counts[owner] = counts.get(owner, 0) + 1
+    return picked

@@ -1,0 +1,244 @@
+"""The SQL of admission (:mod:`jobs.admission`): held jobs, what keys and queues have in flight, rate starts.
+
+Every query reads one of revision 0019's partial indexes (``ix_jobs_held``, ``ix_jobs_inflight``,
+``ix_jobs_concurrency_active``, ``ix_jobs_rate_admitted``, ``ix_rate_starts_key_started_at``), so its cost
+is bounded by what is held, admitted or running, never by the size of the job table. Callers pass the
+connection of their transaction (a SQLAlchemy connection, or the raw sqlite3 connection of the claim
+path); :func:`lock_key` serialises the writers of one key on PostgreSQL, where SQLite's single writer
+already does.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, bindparam, text
+
+from .store import _exec
+
+#: Why a queued job waits for its message (``jobs.held``).
+QUEUE = "queue"
+CONCURRENCY = "concurrency"
+RATE = "rate"
+#: A workflow step waiting for the steps it depends on (``held_on``: the workflow's id).
+STEPS = "steps"
+
+Conn = Connection | sqlite3.Connection
+
+
+@dataclass(frozen=True, slots=True)
+class HeldJob:
+    """What admission needs of a held job to give it its message."""
+
+    id: str
+    owner_id: str
+    actor_name: str
+    queue_name: str
+    priority: int
+    run_after: int
+    created_at: int
+    concurrency_key: str | None
+    rate_key: str | None
+    trace_context: str | None
+
+
+_HELD_COLUMNS = (
+    "id, owner_id, actor_name, queue_name, priority, run_after, created_at, concurrency_key, rate_key, trace_context"
+)
+
+
+def _postgres(conn: Conn) -> bool:
+    return getattr(getattr(conn, "dialect", None), "name", "sqlite") == "postgresql"
+
+
+def lock_key(conn: Conn, key: str) -> None:
+    """Serialise this transaction with every other one admitting, claiming or releasing *key*
+    (PostgreSQL: a transaction-scoped advisory lock; SQLite's writer holds the whole file already)."""
+    if _postgres(conn):
+        conn.execute(text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 19))"), {"k": key})  # type: ignore[union-attr]
+
+
+# -- held jobs -----------------------------------------------------------------------------------------
+def hold(conn: Conn, job_id: str, held: str, on: str, now: int) -> bool:
+    """A queued job with a message (or a claim that found its key full) → held; False if it is not queued."""
+    cur = _exec(
+        conn,
+        "UPDATE jobs SET held = :held, held_on = :on, updated_at = :now WHERE id = :id AND status = 'queued'",
+        {"id": job_id, "held": held, "on": on, "now": now},
+    )
+    return bool(cur.rowcount)
+
+
+def unhold(conn: Conn, job_id: str, now: int) -> bool:
+    """A held job → admitted (its message is written in the same transaction); False if it is no longer held."""
+    cur = _exec(
+        conn,
+        "UPDATE jobs SET held = NULL, held_on = NULL, updated_at = :now "
+        "WHERE id = :id AND status = 'queued' AND held IS NOT NULL",
+        {"id": job_id, "now": now},
+    )
+    return bool(cur.rowcount)
+
+
+def held_exists(conn: Conn, held: str, on: str) -> bool:
+    row = _exec(conn, "SELECT 1 FROM jobs WHERE held = :held AND held_on = :on LIMIT 1", {"held": held, "on": on})
+    return row.fetchone() is not None
+
+
+def held_owners(conn: Conn, held: str, on: str, limit: int) -> list[str]:
+    """The owners with jobs held on *on*, at most *limit*: a skip scan of ``ix_jobs_held``, one index
+    descent per owner however many jobs each holds."""
+    rows = _exec(
+        conn,
+        "WITH RECURSIVE o(owner_id) AS ("
+        " SELECT min(owner_id) FROM jobs WHERE held = :held AND held_on = :on"
+        " UNION ALL"
+        " SELECT (SELECT min(j.owner_id) FROM jobs j WHERE j.held = :held AND j.held_on = :on"
+        "         AND j.owner_id > o.owner_id)"
+        " FROM o WHERE o.owner_id IS NOT NULL"
+        ") SELECT owner_id FROM o WHERE owner_id IS NOT NULL LIMIT :limit",
+        {"held": held, "on": on, "limit": limit},
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+def held_next(conn: Conn, held: str, on: str, owner_id: str, limit: int, after: HeldJob | None = None) -> list[HeldJob]:
+    """*owner_id*'s jobs held on *on* in admission order (highest priority, then oldest), after *after*."""
+    params: dict[str, Any] = {"held": held, "on": on, "owner": owner_id, "limit": limit}
+    page = ""
+    if after is not None:
+        # The row comparison of the index order with priority descending, spelled out.
+        page = (
+            " AND (priority < :p OR (priority = :p AND (run_after > :r OR (run_after = :r AND "
+            "(created_at > :c OR (created_at = :c AND id > :i))))))"
+        )
+        params.update(p=after.priority, r=after.run_after, c=after.created_at, i=after.id)
+    rows = _exec(
+        conn,
+        f"SELECT {_HELD_COLUMNS} FROM jobs WHERE held = :held AND held_on = :on AND owner_id = :owner{page} "
+        "ORDER BY priority DESC, run_after, created_at, id LIMIT :limit",
+        params,
+    ).fetchall()
+    return [HeldJob(*r) for r in rows]
+
+
+def held_counts(conn: Conn) -> list[tuple[str, str, int]]:
+    """``(held, held_on, jobs)`` of every held group (the collectors' and the Queues page's counts)."""
+    rows = _exec(
+        conn, "SELECT held, held_on, count(*) FROM jobs WHERE held IS NOT NULL GROUP BY held, held_on", {}
+    ).fetchall()
+    return [(r[0], r[1], int(r[2])) for r in rows]
+
+
+# -- what queues and keys have in flight ---------------------------------------------------------------
+def queue_admitted_due(conn: Conn, queue: str, now: int, cap: int, exclude: str = "") -> int:
+    """Admitted jobs of *queue* (but *exclude*) that may start now (their messages are ready), up to *cap*."""
+    row = _exec(
+        conn,
+        "SELECT count(*) FROM (SELECT 1 FROM jobs WHERE queue_name = :q AND held IS NULL AND status = 'queued' "
+        "AND run_after <= :now AND id <> :x LIMIT :cap) AS due",
+        {"q": queue, "now": now, "cap": cap, "x": exclude},
+    ).fetchone()
+    return int(row[0])
+
+
+def queue_inflight(conn: Conn, queue: str, owners: Sequence[str]) -> dict[str, int]:
+    """Admitted and running jobs of *queue* per owner among *owners* (the fair-share counts)."""
+    return _grouped(
+        conn,
+        "SELECT owner_id, count(*) FROM jobs WHERE queue_name = :on AND owner_id IN :owners "
+        "AND held IS NULL AND status IN ('queued', 'running') GROUP BY owner_id",
+        queue,
+        owners,
+    )
+
+
+def key_inflight(conn: Conn, key: str, owners: Sequence[str]) -> dict[str, int]:
+    """Admitted and running jobs of concurrency key *key* per owner among *owners*."""
+    return _grouped(
+        conn,
+        "SELECT owner_id, count(*) FROM jobs WHERE concurrency_key = :on AND owner_id IN :owners "
+        "AND held IS NULL AND status IN ('queued', 'running') GROUP BY owner_id",
+        key,
+        owners,
+    )
+
+
+def rate_key_admitted_by_owner(conn: Conn, key: str, owners: Sequence[str]) -> dict[str, int]:
+    """Admitted jobs of rate key *key* per owner among *owners*."""
+    return _grouped(
+        conn,
+        "SELECT owner_id, count(*) FROM jobs WHERE rate_key = :on AND owner_id IN :owners "
+        "AND held IS NULL AND status = 'queued' GROUP BY owner_id",
+        key,
+        owners,
+    )
+
+
+_EXPANDING: dict[str, Any] = {}
+
+
+def _grouped(conn: Conn, sql: str, on: str, owners: Sequence[str]) -> dict[str, int]:
+    if isinstance(conn, sqlite3.Connection):
+        marks = ", ".join("?" for _ in owners)
+        rows = conn.execute(sql.replace(":on", "?").replace(":owners", f"({marks})"), (on, *owners)).fetchall()
+    else:
+        stmt = _EXPANDING.get(sql)
+        if stmt is None:
+            stmt = _EXPANDING[sql] = text(sql).bindparams(bindparam("owners", expanding=True))
+        rows = conn.execute(stmt, {"on": on, "owners": list(owners)}).fetchall()
+    return {r[0]: int(r[1]) for r in rows}
+
+
+def key_active(conn: Conn, key: str, now: int, exclude: str = "") -> tuple[int, int]:
+    """``(running, admitted and due)`` jobs of concurrency key *key*, but *exclude*."""
+    row = _exec(
+        conn,
+        "SELECT coalesce(sum(CASE WHEN status = 'running' THEN 1 ELSE 0 END), 0), "
+        "coalesce(sum(CASE WHEN status = 'queued' AND run_after <= :now THEN 1 ELSE 0 END), 0) "
+        "FROM jobs WHERE concurrency_key = :key AND held IS NULL AND status IN ('queued', 'running') AND id <> :x",
+        {"key": key, "now": now, "x": exclude},
+    ).fetchone()
+    return int(row[0]), int(row[1])
+
+
+def key_running(conn: Conn, key: str) -> int:
+    row = _exec(
+        conn,
+        "SELECT count(*) FROM jobs WHERE concurrency_key = :key AND held IS NULL AND status = 'running'",
+        {"key": key},
+    ).fetchone()
+    return int(row[0])
+
+
+def rate_admitted(conn: Conn, key: str, exclude: str = "") -> int:
+    """Admitted (not yet started) jobs of rate key *key*, but *exclude*."""
+    row = _exec(
+        conn,
+        "SELECT count(*) FROM jobs WHERE rate_key = :key AND held IS NULL AND status = 'queued' AND id <> :x",
+        {"key": key, "x": exclude},
+    ).fetchone()
+    return int(row[0])
+
+
+# -- rate starts ---------------------------------------------------------------------------------------
+def rate_starts_since(conn: Conn, key: str, since: int) -> list[int]:
+    """Start times of *key* after *since*, oldest first."""
+    rows = _exec(
+        conn,
+        "SELECT started_at FROM rate_starts WHERE key = :key AND started_at > :since ORDER BY started_at",
+        {"key": key, "since": since},
+    ).fetchall()
+    return [int(r[0]) for r in rows]
+
+
+def rate_start_insert(conn: Conn, key: str, at: int) -> None:
+    _exec(conn, "INSERT INTO rate_starts (key, started_at) VALUES (:key, :at)", {"key": key, "at": at})
+
+
+def rate_starts_prune(conn: Conn, before: int) -> int:
+    """Forget starts older than *before* (no rate limit looks further back)."""
+    return int(_exec(conn, "DELETE FROM rate_starts WHERE started_at < :before", {"before": before}).rowcount or 0)

@@ -1,0 +1,99 @@
+"""Admission: per-key concurrency and rate limits, and jobs that wait for their message.
+
+``jobs`` gains:
+
+- ``concurrency_key`` / ``rate_key``: the job's keys under its kind's limits (``<limit name>=<value>``),
+  computed at submit; NULL when the job is not limited.
+- ``held`` / ``held_on``: a queued job waiting for admission has no broker message yet; ``held`` says
+  why (``queue``: its queue's fair-share window is full; ``concurrency`` / ``rate``: its key is at its
+  limit; ``steps``: a workflow step waits for its dependencies) and ``held_on`` what it waits on (the
+  queue name, the key or the workflow). The CHECK keeps both on queued
+  jobs only, so a status move out of ``queued`` clears them in the same UPDATE.
+
+Indexes (all partial, so jobs outside them cost nothing): ``ix_jobs_held`` (held jobs in the order
+admission takes them: per owner, priority, then age), ``ix_jobs_inflight`` (admitted and running jobs
+per queue and owner: the window and the fair-share counts), ``ix_jobs_concurrency_active`` and
+``ix_jobs_rate_admitted`` (what a key has running or admitted).
+
+``rate_starts`` logs the starts of rate-limited jobs (the sliding window a rate limit counts).
+
+Revision ID: 0019
+Revises: 0016
+Create Date: 2026-12-06
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+
+revision: str = "0019"
+down_revision: str | Sequence[str] | None = "0016"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+HELD_CHECK = (
+    "held IS NULL OR (status = 'queued' AND held IN ('queue', 'concurrency', 'rate', 'steps') AND held_on IS NOT NULL)"
+)
+
+
+def upgrade() -> None:
+    op.add_column("jobs", sa.Column("concurrency_key", sa.String(200), nullable=True))
+    op.add_column("jobs", sa.Column("rate_key", sa.String(200), nullable=True))
+    op.add_column("jobs", sa.Column("held_on", sa.String(200), nullable=True))
+    if op.get_bind().dialect.name == "sqlite":
+        # SQLite adds a CHECK only with its column (a table constraint would need the table rebuilt).
+        op.execute(f"ALTER TABLE jobs ADD COLUMN held VARCHAR(16) CONSTRAINT ck_jobs_held_waiting CHECK ({HELD_CHECK})")
+    else:
+        op.add_column("jobs", sa.Column("held", sa.String(16), nullable=True))
+        op.create_check_constraint("ck_jobs_held_waiting", "jobs", HELD_CHECK)
+    op.create_index(
+        "ix_jobs_held",
+        "jobs",
+        ["held", "held_on", "owner_id", sa.text("priority DESC"), "run_after", "created_at", "id"],
+        sqlite_where=sa.text("held IS NOT NULL"),
+        postgresql_where=sa.text("held IS NOT NULL"),
+    )
+    active = "held IS NULL AND status IN ('queued', 'running')"
+    op.create_index(
+        "ix_jobs_inflight",
+        "jobs",
+        ["queue_name", "owner_id", "status", "run_after"],
+        sqlite_where=sa.text(active),
+        postgresql_where=sa.text(active),
+    )
+    op.create_index(
+        "ix_jobs_concurrency_active",
+        "jobs",
+        ["concurrency_key", "owner_id", "status", "run_after"],
+        sqlite_where=sa.text(f"concurrency_key IS NOT NULL AND {active}"),
+        postgresql_where=sa.text(f"concurrency_key IS NOT NULL AND {active}"),
+    )
+    op.create_index(
+        "ix_jobs_rate_admitted",
+        "jobs",
+        ["rate_key", "owner_id"],
+        sqlite_where=sa.text("rate_key IS NOT NULL AND held IS NULL AND status = 'queued'"),
+        postgresql_where=sa.text("rate_key IS NOT NULL AND held IS NULL AND status = 'queued'"),
+    )
+    op.create_table(
+        "rate_starts",
+        sa.Column("id", sa.Integer(), autoincrement=True, nullable=False),
+        sa.Column("key", sa.String(200), nullable=False),
+        sa.Column("started_at", sa.BigInteger(), nullable=False),
+        sa.PrimaryKeyConstraint("id", name="pk_rate_starts"),
+    )
+    op.create_index("ix_rate_starts_key_started_at", "rate_starts", ["key", "started_at"])
+
+
+def downgrade() -> None:
+    op.drop_index("ix_rate_starts_key_started_at", table_name="rate_starts")
+    op.drop_table("rate_starts")
+    for name in ("ix_jobs_rate_admitted", "ix_jobs_concurrency_active", "ix_jobs_inflight", "ix_jobs_held"):
+        op.drop_index(name, table_name="jobs")
+    if op.get_bind().dialect.name != "sqlite":
+        op.drop_constraint("ck_jobs_held_waiting", "jobs", type_="check")
+    for column in ("held", "held_on", "rate_key", "concurrency_key"):
+        op.drop_column("jobs", column)
