@@ -30,8 +30,8 @@ import dramatiq
 from dramatiq.broker import Broker
 
 from broker import SQLiteBroker
-from jobs.outbox import relay_once
 from jobs.admission import admit_waiting
+from jobs.outbox import relay_once
 from jobs.recovery import recover_expired
 from jobs.retention import DAY_S, RetentionPolicy, effective_policy, prune
 from monitoring.metrics import record_pruned
