@@ -1,7 +1,7 @@
 """What admission applies now: fair share (on or off, its window, owners' weights) and each limit's values.
 
-The kinds declare their limits (:mod:`jobs.limits`) and the settings catalogue holds fair share's
-defaults; an admin's saved runtime settings override both (``fair_share.enabled``, ``fair_share.window``,
+The kinds declare their limits (:mod:`jobs.limits`, by name for the whole process) and the settings
+catalogue holds fair share's defaults; an admin's saved runtime settings override both (``fair_share.enabled``, ``fair_share.window``,
 ``owners.<name>.weight``, ``concurrency.<name>.limit``, ``rate.<name>.starts`` / ``….period_s``). A process
 reads the saved batch on the connection of the transaction that needs it, at most every
 :data:`REFRESH_S` seconds per database, so a save reaches every worker and web process within that time.
@@ -24,9 +24,8 @@ from typing import Any
 from settings.environment import DEFAULT_FAIR_SHARE_WINDOW
 from settings.runtime import saved_on
 
-from .limits import ConcurrencyLimit, RateLimit, limit_name
-from .registry import Registry
-from .registry import registry as default_registry
+from . import limits
+from .limits import limit_name
 
 #: How long a process keeps a database's policy before reading the saved settings again.
 REFRESH_S = 2.0
@@ -60,22 +59,9 @@ class Policy:
         return self.rates.get(limit_name(key))
 
 
-def declared(registry: Registry) -> tuple[dict[str, int], dict[str, tuple[int, int]]]:
-    """The limits the kinds of *registry* declare: by name, concurrency limits and rates."""
-    concurrency: dict[str, int] = {}
-    rates: dict[str, tuple[int, int]] = {}
-    for name in registry.names():
-        kind = registry.get(name)
-        if isinstance(kind.concurrency, ConcurrencyLimit):
-            concurrency[kind.concurrency.name] = kind.concurrency.limit
-        if isinstance(kind.rate, RateLimit):
-            rates[kind.rate.name] = (kind.rate.starts, int(kind.rate.per_s * 1000))
-    return concurrency, rates
-
-
-def build(saved: Mapping[str, Any], registry: Registry) -> Policy:
-    """The policy of a saved settings batch over the declarations of *registry*."""
-    concurrency, rates = declared(registry)
+def build(saved: Mapping[str, Any]) -> Policy:
+    """The policy of a saved settings batch over the kinds' declared limits."""
+    concurrency, rates = limits.declared()
     weights_by_name: dict[str, int] = {}
     for key, value in saved.items():
         if value is None:
@@ -108,8 +94,8 @@ class _Cache:
 
     def __init__(self, size: int = 64) -> None:
         self._lock = threading.Lock()
-        self._engines: weakref.WeakKeyDictionary[Any, tuple[float, Policy]] = weakref.WeakKeyDictionary()
-        self._raw: OrderedDict[int, tuple[sqlite3.Connection, float, Policy]] = OrderedDict()
+        self._engines: weakref.WeakKeyDictionary[Any, tuple[float, int, Policy]] = weakref.WeakKeyDictionary()
+        self._raw: OrderedDict[int, tuple[sqlite3.Connection, float, int, Policy]] = OrderedDict()
         self._size = size
 
     def get(self, conn: Any) -> Policy | None:
@@ -117,22 +103,26 @@ class _Cache:
         with self._lock:
             if isinstance(conn, sqlite3.Connection):
                 found = self._raw.get(id(conn))
-                if found is not None and found[0] is conn and now - found[1] < REFRESH_S:
-                    return found[2]
-                return None
-            cached = self._engines.get(conn.engine)
-            return cached[1] if cached is not None and now - cached[0] < REFRESH_S else None
+                if found is None or found[0] is not conn:
+                    return None
+                at, generation, policy = found[1:]
+            else:
+                cached = self._engines.get(conn.engine)
+                if cached is None:
+                    return None
+                at, generation, policy = cached
+        return policy if now - at < REFRESH_S and generation == limits.generation else None
 
-    def put(self, conn: Any, policy: Policy) -> None:
+    def put(self, conn: Any, policy: Policy, generation: int) -> None:
         now = time.monotonic()
         with self._lock:
             if isinstance(conn, sqlite3.Connection):
-                self._raw[id(conn)] = (conn, now, policy)
+                self._raw[id(conn)] = (conn, now, generation, policy)
                 self._raw.move_to_end(id(conn))
                 while len(self._raw) > self._size:
                     self._raw.popitem(last=False)
             else:
-                self._engines[conn.engine] = (now, policy)
+                self._engines[conn.engine] = (now, generation, policy)
 
     def clear(self) -> None:
         with self._lock:
@@ -143,12 +133,13 @@ class _Cache:
 _cache = _Cache()
 
 
-def policy(conn: Any, registry: Registry | None = None) -> Policy:
+def policy(conn: Any) -> Policy:
     """The policy of the database behind *conn* (read on *conn* when this process's copy is stale)."""
     found = _cache.get(conn)
     if found is None:
-        found = build(saved_on(conn), registry or default_registry)
-        _cache.put(conn, found)
+        generation = limits.generation
+        found = build(saved_on(conn))
+        _cache.put(conn, found, generation)
     return found
 
 

@@ -106,6 +106,29 @@ class RateLimit(_Limit):
             raise ValueError("a rate limit allows at least 1 start per positive period")
 
 
+_declared_concurrency: dict[str, int] = {}
+_declared_rates: dict[str, tuple[int, int]] = {}
+#: Bumped by every declaration, so a policy built before it is rebuilt (jobs.admission_policy).
+generation = 0
+
+
+def declare(limit: ConcurrencyLimit | RateLimit | None) -> None:
+    """Record a kind's limit under its name (every registry's kinds: the limits are the process's)."""
+    global generation
+    if isinstance(limit, ConcurrencyLimit):
+        _declared_concurrency[limit.name] = limit.limit
+    elif isinstance(limit, RateLimit):
+        _declared_rates[limit.name] = (limit.starts, int(limit.per_s * 1000))
+    else:
+        return
+    generation += 1
+
+
+def declared() -> tuple[dict[str, int], dict[str, tuple[int, int]]]:
+    """The declared limits by name: concurrency limits, and rates as ``(starts, period_ms)``."""
+    return dict(_declared_concurrency), dict(_declared_rates)
+
+
 def limit_name(key: str) -> str:
     """The limit (key class) of a stored key: ``render_clip.owner=bob`` → ``render_clip.owner``."""
     return key.split("=", 1)[0]

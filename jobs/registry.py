@@ -26,7 +26,7 @@ from typing import Any
 import dramatiq
 from dramatiq.broker import Broker
 
-from . import current
+from . import current, limits
 from .errors import UnknownKind
 from .limits import ConcurrencyLimit, RateLimit
 from .payloads import PayloadSchema, any_object
@@ -221,6 +221,8 @@ class Registry:
         return decorator
 
     def add(self, kind: Kind, *, broker: Broker | None = None) -> None:
+        limits.declare(kind.concurrency)
+        limits.declare(kind.rate)
         with self._lock:
             existing = self._kinds.get(kind.name)
             if existing is not None and existing.fn is not kind.fn:

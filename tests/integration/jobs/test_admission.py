@@ -1,0 +1,280 @@
+"""Admission on SQLite and PostgreSQL: concurrency and rate limits per key, fair share across owners.
+
+The broker is stood in for by reading the messages the job layer wrote, in the order a FIFO broker
+delivers them (SQLite: the broker's rows; PostgreSQL: the outbox the relay publishes in order), and
+each is handed to the worker's real claim with the options it carries. Real worker processes, real
+brokers and SIGKILLs are the acceptance tests' (tests/acceptance/jobs/test_admission_workers.py).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from dramatiq.message import Message
+
+import jobs
+from jobs import admission_policy
+from jobs.limits import ConcurrencyLimit, RateLimit
+from jobs.publish import JOB_ID_OPTION, LIMITS_OPTION
+from jobs.queries import JobFilter
+from settings import runtime
+
+from .support import JobEnv
+
+
+class Messages:
+    """The job messages written so far, read in FIFO order, each delivered once."""
+
+    def __init__(self, env: JobEnv) -> None:
+        self.env = env
+        self.delivered: set[int] = set()
+
+    def pending(self) -> list[tuple[int, Message]]:
+        if self.env.backend == "sqlite":
+            rows = self.env.sql("SELECT id, body, eta FROM broker_messages WHERE state IN (0, 3) ORDER BY eta, id")
+        else:
+            rows = self.env.sql("SELECT id, body, eta FROM outbox ORDER BY eta, id")
+        now = jobs.store.now_ms()
+        return [(r[0], Message.decode(bytes(r[1]))) for r in rows if r[0] not in self.delivered and r[2] <= now]
+
+    def job_ids(self) -> list[str]:
+        return [m.options[JOB_ID_OPTION] for _, m in self.pending()]
+
+    def deliver_next(self) -> tuple[str, Any] | None:
+        """Deliver the oldest due message to the worker's claim: (job id, its context or None)."""
+        found = self.pending()
+        if not found:
+            return None
+        row_id, message = found[0]
+        self.delivered.add(row_id)
+        limits = tuple(message.options.get(LIMITS_OPTION) or (None, None))
+        ctx = self.env.mw.claimer.claim(self.env.broker, message.options[JOB_ID_OPTION], message.queue_name, limits)
+        return message.options[JOB_ID_OPTION], ctx
+
+
+def _save(env: JobEnv, values: dict[str, Any]) -> None:
+    current = runtime.get_settings(env.engine, env.settings)
+    runtime.put_settings(env.engine, values, by="test", expected_revision=current["revision"], settings=env.settings)
+    admission_policy.forget()
+
+
+def _held(env: JobEnv, job_id: str) -> tuple[str | None, str | None]:
+    row = env.row(job_id)
+    return row.held, row.held_on
+
+
+def test_a_concurrency_limit_admits_up_to_its_limit_and_the_next_one_as_each_stops(env: JobEnv) -> None:
+    env.declare("limited", lambda ctx: None, concurrency=ConcurrencyLimit("limited.owner", limit=2))
+    ids = [env.submit("limited").id for _ in range(5)]
+    other = env.submit("limited", owner_id="u2").id
+    messages = Messages(env)
+    # Two of u1's have messages; the rest wait for u1's key; u2's key is another key.
+    assert sorted(messages.job_ids()) == sorted([ids[0], ids[1], other])
+    assert [_held(env, i) for i in ids[2:]] == [("concurrency", "limited.owner=u1")] * 3
+    assert jobs.get_job(env.engine, ids[2], owner_id="u1").waiting == {
+        "reason": "concurrency",
+        "limit_name": "limited.owner",
+        "key": "u1",
+        "running": 0,
+        "limit": 2,
+    }
+    first = messages.deliver_next()
+    second = messages.deliver_next()
+    assert first is not None and second is not None and first[1] is not None and second[1] is not None
+    assert jobs.get_job(env.engine, ids[2], owner_id="u1").waiting["running"] == 2  # type: ignore[index]
+    # When one stops running, exactly one waiting job gets its message.
+    env.mw.runner(first[1])
+    assert env.row(ids[2]).held is None and env.row(ids[3]).held == "concurrency"
+    assert ids[2] in messages.job_ids()
+    env.mw.runner(second[1])
+    assert env.row(ids[3]).held is None and env.row(ids[4]).held == "concurrency"
+
+
+def test_a_cancelled_admitted_job_gives_its_place_to_a_waiting_one(env: JobEnv) -> None:
+    env.declare("limited", lambda ctx: None, concurrency=ConcurrencyLimit("limited.owner", limit=1))
+    first, waiting = env.submit("limited").id, env.submit("limited").id
+    assert _held(env, waiting) == ("concurrency", "limited.owner=u1")
+    assert jobs.cancel(env.engine, first, by="u1").outcome == jobs.CancelOutcome.CANCELLED
+    assert _held(env, waiting) == (None, None)
+    # A waiting job cancelled holds nothing: its cancel frees nobody's place.
+    third = env.submit("limited").id
+    assert _held(env, third) == ("concurrency", "limited.owner=u1")
+    assert jobs.cancel(env.engine, third, by="u1").outcome == jobs.CancelOutcome.CANCELLED
+    assert env.row(third).held is None and env.row(third).status == "cancelled"
+
+
+def test_a_claim_over_the_limit_waits_for_the_key_instead_of_running(env: JobEnv) -> None:
+    env.declare("limited", lambda ctx: None, concurrency=ConcurrencyLimit("limited.owner", limit=1))
+    running = env.submit("limited").id
+    messages = Messages(env)
+    _, ctx = messages.deliver_next()  # type: ignore[misc]
+    assert ctx is not None and ctx.job_id == running
+    # A delayed job is admitted without counting (its message waits in the broker); when it comes due
+    # the key is still full, so its claim makes it wait rather than run.
+    delayed = env.submit("limited", delay=0.2).id
+    assert env.row(delayed).held is None
+    time.sleep(0.25)
+    assert messages.deliver_next() == (delayed, None)
+    assert _held(env, delayed) == ("concurrency", "limited.owner=u1")
+    env.mw.runner(ctx)
+    assert env.row(delayed).held is None
+    job_id, ctx2 = messages.deliver_next()  # type: ignore[misc]
+    assert job_id == delayed and ctx2 is not None
+
+
+def test_a_limit_raised_at_run_time_admits_more_at_the_next_sweep(env: JobEnv) -> None:
+    env.declare("limited", lambda ctx: None, concurrency=ConcurrencyLimit("limited.owner", limit=1))
+    ids = [env.submit("limited").id for _ in range(4)]
+    assert [env.row(i).held for i in ids] == [None, "concurrency", "concurrency", "concurrency"]
+    _save(env, {"concurrency.limited.owner.limit": 3})
+    assert jobs.admission.admit_waiting(env.engine, env.broker) == 1
+    assert [env.row(i).held for i in ids] == [None, None, None, "concurrency"]
+
+
+def test_a_rate_limit_starts_at_most_its_starts_per_period_without_polling(env: JobEnv) -> None:
+    env.declare("rated", lambda ctx: None, rate=RateLimit("rated.owner", starts=2, per_s=1.0))
+    ids = [env.submit("rated").id for _ in range(5)]
+    messages = Messages(env)
+    assert [env.row(i).held for i in ids] == [None, None, "rate", "rate", "rate"]
+    started: list[tuple[str, int]] = []
+
+    def deliver_all() -> None:
+        while (found := messages.deliver_next()) is not None:
+            job_id, ctx = found
+            if ctx is not None:
+                started.append((job_id, jobs.store.now_ms()))
+                env.mw.runner(ctx)
+
+    deliver_all()
+    assert [j for j, _ in started] == ids[:2]
+    # The two starts fill the period: one waiting job is admitted delayed until a start leaves it,
+    # the others wait without a message.
+    assert sorted(env.row(i).held or "" for i in ids[2:]) == ["", "rate", "rate"]
+    deadline = time.monotonic() + 10
+    while len(started) < 5 and time.monotonic() < deadline:
+        time.sleep(0.05)
+        deliver_all()
+    assert sorted(j for j, _ in started) == sorted(ids)
+    times = [t for _, t in started]
+    # Never more than 2 starts in any 1-second window.
+    assert all(times[i + 2] - times[i] >= 1000 for i in range(len(times) - 2))
+
+
+def _drain_in_order(env: JobEnv, messages: Messages, limit: int) -> list[str]:
+    """Deliver and run messages in FIFO order; the owners of the jobs started, in order."""
+    owners: list[str] = []
+    while len(owners) < limit and (found := messages.deliver_next()) is not None:
+        _, ctx = found
+        if ctx is not None:
+            owners.append(ctx.owner_id)
+            env.mw.runner(ctx)
+    return owners
+
+
+def test_fair_share_starts_a_newcomers_jobs_in_rotation_with_a_flood(env: JobEnv) -> None:
+    env.declare("plain", lambda ctx: None)
+    _save(env, {"fair_share.window": 4})
+    for _ in range(40):
+        env.submit("plain", owner_id="flood")
+    messages = Messages(env)
+    assert len(messages.job_ids()) == 4  # the window; the other 36 wait in the job store
+    for _ in range(5):
+        env.submit("plain", owner_id="late")
+    owners = _drain_in_order(env, messages, 45)
+    assert len(owners) == 45
+    last_late = max(i for i, o in enumerate(owners) if o == "late")
+    # The newcomer waits behind at most the window already admitted, then alternates with the flood.
+    assert last_late <= 4 + 2 * 5
+    assert owners.count("late") == 5
+
+
+def test_fair_share_weights_give_owners_their_shares(env: JobEnv) -> None:
+    env.declare("plain", lambda ctx: None)
+    _save(env, {"fair_share.window": 8, "owners.heavy.weight": 3})
+    for _ in range(40):
+        env.submit("plain", owner_id="light")
+        env.submit("plain", owner_id="heavy")
+    owners = _drain_in_order(env, Messages(env), 48)
+    # The window holds the owners' jobs 3:1 once it has turned over, so they start 3:1.
+    settled = owners[16:48]
+    assert 22 <= settled.count("heavy") <= 26
+
+
+def test_fair_share_off_admits_everything_at_once(env: JobEnv) -> None:
+    env.declare("plain", lambda ctx: None)
+    _save(env, {"fair_share.window": 2})
+    ids = [env.submit("plain").id for _ in range(6)]
+    assert sum(env.row(i).held == "queue" for i in ids) == 4
+    _save(env, {"fair_share.enabled": False})
+    jobs.admission.admit_waiting(env.engine, env.broker)
+    assert [env.row(i).held for i in ids] == [None] * 6
+    assert env.row(env.submit("plain").id).held is None
+
+
+def test_priorities_order_an_owners_waiting_jobs(env: JobEnv) -> None:
+    env.declare("plain", lambda ctx: None)
+    _save(env, {"fair_share.window": 1})
+    first = env.submit("plain").id
+    low = env.submit("plain").id
+    high = env.submit("plain", priority=5).id
+    messages = Messages(env)
+    starts: list[str] = []
+    while (found := messages.deliver_next()) is not None:
+        if found[1] is not None:
+            starts.append(found[0])
+            env.mw.runner(found[1])
+    assert starts == [first, high, low]
+
+
+@pytest.mark.parametrize("outcome", ["fails", "requeued", "lease lost"])
+def test_every_way_a_run_stops_gives_the_key_back(env: JobEnv, outcome: str) -> None:
+    calls = {"n": 0}
+
+    def flaky(ctx: Any) -> None:
+        calls["n"] += 1
+        raise RuntimeError("boom")
+
+    attempts = 2 if outcome == "requeued" else 1
+    env.declare(
+        "limited",
+        flaky,
+        concurrency=ConcurrencyLimit("limited.owner", limit=1),
+        max_attempts=attempts,
+        backoff=lambda n: 30.0,
+        safe_to_rerun=True,
+    )
+    first, waiting = env.submit("limited").id, env.submit("limited").id
+    messages = Messages(env)
+    _, ctx = messages.deliver_next()  # type: ignore[misc]
+    assert ctx is not None and env.row(waiting).held == "concurrency"
+    if outcome == "lease lost":
+        env.age_lease(first)
+        jobs.recover_expired(env.engine, broker=env.broker)
+    else:
+        env.mw.runner(ctx)
+    expected = {"fails": "failed", "requeued": "queued", "lease lost": "failed"}[outcome]
+    assert env.row(first).status == expected
+    assert env.row(waiting).held is None
+
+
+def test_a_workflow_step_waits_for_its_dependencies_then_for_admission(env: JobEnv) -> None:
+    from jobs.workflows import Step
+
+    env.declare("a", lambda ctx: None)
+    env.declare("b", lambda ctx: None)
+
+    @env.registry.workflow("pair")
+    def pair(request: Any) -> list[Step]:
+        return [Step("a", "a"), Step("b", "b", depends_on=("a",))]
+
+    parent = env.submit("pair").id
+    steps = {s.kind: s for s in jobs.list_jobs(env.engine, owner_id="u1", where=JobFilter(parent_job_id=parent))}
+    assert _held(env, steps["b"].id) == ("steps", parent)
+    assert env.row(steps["a"].id).held is None
+    messages = Messages(env)
+    _drain_in_order(env, messages, 2)
+    assert env.row(steps["b"].id).status == "succeeded"
+    assert env.row(parent).status == "succeeded"
