@@ -9,7 +9,6 @@ brokers and SIGKILLs are the acceptance tests' (tests/acceptance/jobs/test_admis
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
