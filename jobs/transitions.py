@@ -127,6 +127,8 @@ def _claim_one(
         if refusal is not None:
             admission.claim_refused(tx, job_id, refusal, now=now)
             return None
+        # The key's lock may have been waited for: the start is now, after the runs that ended meanwhile.
+        now = max(now, store.now_ms())
     job = store.job_claim(tx.conn, job_id, worker, now, lease_ms)
     if job is not None:
         events.status_event(tx, job_id=job.id, sequence=job.event_seq, status="running", now=now, attempt=job.attempt)

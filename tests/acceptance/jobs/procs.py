@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 import jobs
 from jobs import schema
 from jobs.db import make_engine
+from tests.acceptance.jobs.apps.limits import LIMITED
 from tests.integration.jobs.support import REDIS_URL, postgres_database
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -294,8 +295,10 @@ def client(d: Deployment) -> Iterator[Client]:
         ("acc_chaos", True),
         ("acc_echo", True),
         ("acc_stuck", True),
+        ("acc_noop", True),
     ]:
         registry.kind(name, queue=queue, safe_to_rerun=safe, broker=broker)(_never_called)
+    registry.kind("acc_limited", queue=queue, concurrency=LIMITED, broker=broker)(_never_called)
     # a kind the workers do not have: its jobs must end failed, not vanish
     registry.kind("acc_ghost", queue=queue, broker=broker)(_never_called)
     c = Client(settings, registry, broker, d.engine)

@@ -19,6 +19,7 @@ import jobs
 from broker import SQLiteBroker, make_broker
 from jobs import JobContext
 from settings.environment import Settings, set_current_settings
+from tests.acceptance.jobs.apps.limits import LIMITED
 from tests.fast_stop import FastStop
 
 QUEUE = "jobs_acceptance"
@@ -85,3 +86,14 @@ def stuck(ctx: JobContext, *, fifo: str) -> str:
 @jobs.registry.kind("acc_echo", queue=QUEUE)
 def echo(ctx: JobContext, **payload: object) -> dict[str, object]:
     return payload
+
+
+@jobs.registry.kind("acc_limited", queue=QUEUE, concurrency=LIMITED)
+def limited(ctx: JobContext, *, key: str, sleep_ms: int = 0) -> None:
+    """Hold a slot of *key* for *sleep_ms*."""
+    time.sleep(sleep_ms / 1000)
+
+
+@jobs.registry.kind("acc_noop", queue=QUEUE)
+def noop(ctx: JobContext) -> None:
+    """Nothing: the fairness test counts starts."""
