@@ -39,7 +39,7 @@ from . import db
 from .admission_policy import Policy, policy
 from .admission_store import CONCURRENCY, QUEUE, RATE, STEPS, HeldJob
 from .db import Tx
-from .limits import key_value, limit_name
+from .limits import key_value, limit_name, owner_keyed
 from .publish import publish_in_transaction, resolve_broker
 from .store import now_ms
 
@@ -220,6 +220,7 @@ def waiting_detail(conn: Any, held: str, on: str, *, now: int, rules: Policy | N
             "reason": CONCURRENCY,
             "limit_name": limit_name(on),
             "key": key_value(on),
+            "key_is_owner": owner_keyed(limit_name(on)),
             "running": running,
             "limit": rules.concurrency_limit(on),
         }
@@ -230,6 +231,7 @@ def waiting_detail(conn: Any, held: str, on: str, *, now: int, rules: Policy | N
             "reason": RATE,
             "limit_name": limit_name(on),
             "key": key_value(on),
+            "key_is_owner": owner_keyed(limit_name(on)),
             "started": len(recent),
             "starts": rate[0] if rate else None,
             "period_s": rate[1] / 1000 if rate else None,
@@ -237,6 +239,75 @@ def waiting_detail(conn: Any, held: str, on: str, *, now: int, rules: Policy | N
     if held == STEPS:
         return {"reason": STEPS, "workflow": on}
     return {"reason": "fair_share", "queue": on, "window": rules.window}
+
+
+@dataclass(frozen=True, slots=True)
+class LimitUsage:
+    """One declared limit across its keys: what runs (or started in the period) under it, what waits."""
+
+    name: str
+    #: ``concurrency`` or ``rate``.
+    type: str
+    #: The limit per key (a concurrency limit, or a rate's starts per ``period_s``).
+    limit: int
+    period_s: float | None
+    #: Running jobs (concurrency) or starts in the last period (rate), over all keys.
+    in_use: int
+    waiting: int
+    #: Keys at their limit now.
+    keys_at_limit: int
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionUsage:
+    """What waits for admission, per queue and reason, and every declared limit's use."""
+
+    #: ``(queue, reason, jobs)``; reasons: ``fair_share``, ``concurrency``, ``rate``, ``steps``.
+    waiting: tuple[tuple[str, str, int], ...]
+    limits: tuple[LimitUsage, ...]
+    fair_share: bool
+    window: int
+
+
+def usage(conn: Any, *, now: int) -> AdmissionUsage:
+    """:class:`AdmissionUsage` now (for the Queues page, the API and the metrics: bounded by what runs
+    and waits, never by the job table)."""
+    rules = policy(conn)
+    waiting_keys: dict[str, int] = {}
+    for held, on, count in store.held_counts(conn):
+        if held in (CONCURRENCY, RATE):
+            waiting_keys[f"{held}:{on}"] = count
+    found: list[LimitUsage] = []
+    running = store.running_by_key(conn)
+    for name, limit in sorted(rules.concurrency.items()):
+        keys = {k: n for k, n in running.items() if limit_name(k) == name}
+        waits = sum(
+            n for k, n in waiting_keys.items() if k.startswith(f"{CONCURRENCY}:") and limit_name(k[12:]) == name
+        )
+        found.append(
+            LimitUsage(
+                name, CONCURRENCY, limit, None, sum(keys.values()), waits, sum(n >= limit for n in keys.values())
+            )
+        )
+    longest = max((period for _, period in rules.rates.values()), default=0)
+    starts = store.rate_starts_by_key(conn, now - longest) if longest else []
+    for name, (allowed, period_ms) in sorted(rules.rates.items()):
+        per_key: dict[str, int] = {}
+        for key, at in starts:
+            if limit_name(key) == name and at > now - period_ms:
+                per_key[key] = per_key.get(key, 0) + 1
+        waits = sum(n for k, n in waiting_keys.items() if k.startswith(f"{RATE}:") and limit_name(k[5:]) == name)
+        found.append(
+            LimitUsage(
+                name, RATE, allowed, period_ms / 1000, sum(per_key.values()), waits,
+                sum(n >= allowed for n in per_key.values()),
+            )
+        )  # fmt: skip
+    waiting = tuple(
+        (queue, "fair_share" if held == QUEUE else held, count)
+        for queue, held, count in sorted(store.waiting_by_queue(conn))
+    )
+    return AdmissionUsage(waiting, tuple(found), rules.fair_share, rules.window)
 
 
 def describe(detail: dict[str, Any]) -> str:

@@ -1,10 +1,11 @@
 """What admission applies now: fair share (on or off, its window, owners' weights) and each limit's values.
 
 The kinds declare their limits (:mod:`jobs.limits`, by name for the whole process) and the settings
-catalogue holds fair share's defaults; an admin's saved runtime settings override both (``fair_share.enabled``, ``fair_share.window``,
-``owners.<name>.weight``, ``concurrency.<name>.limit``, ``rate.<name>.starts`` / ``….period_s``). A process
-reads the saved batch on the connection of the transaction that needs it, at most every
-:data:`REFRESH_S` seconds per database, so a save reaches every worker and web process within that time.
+catalogue holds fair share's defaults; an admin's saved runtime settings override both
+(``fair_share.enabled``, ``fair_share.window``, ``owners.<name>.weight``, ``concurrency.<name>.limit``,
+``rate.<name>.starts`` / ``….period_s``). A process reads the saved batch on the connection of the
+transaction that needs it, at most every :data:`REFRESH_S` seconds per database, so a save reaches
+every worker and web process within that time.
 
 Weights name owners as people know them (user names); the composition root that knows accounts installs
 :data:`resolve_owners` to turn them into the owner ids jobs carry (by default a name is the owner id).

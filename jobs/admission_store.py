@@ -133,6 +133,33 @@ def held_counts(conn: Conn) -> list[tuple[str, str, int]]:
     return [(r[0], r[1], int(r[2])) for r in rows]
 
 
+def waiting_by_queue(conn: Conn) -> list[tuple[str, str, int]]:
+    """``(queue, held, jobs)`` of the waiting jobs."""
+    rows = _exec(
+        conn,
+        "SELECT queue_name, held, count(*) FROM jobs WHERE held IS NOT NULL GROUP BY queue_name, held",
+        {},
+    ).fetchall()
+    return [(r[0], r[1], int(r[2])) for r in rows]
+
+
+def running_by_key(conn: Conn) -> dict[str, int]:
+    """Running jobs per concurrency key (keys with none are absent)."""
+    rows = _exec(
+        conn,
+        "SELECT concurrency_key, count(*) FROM jobs WHERE concurrency_key IS NOT NULL AND held IS NULL "
+        "AND status = 'running' GROUP BY concurrency_key",
+        {},
+    ).fetchall()
+    return {r[0]: int(r[1]) for r in rows}
+
+
+def rate_starts_by_key(conn: Conn, since: int) -> list[tuple[str, int]]:
+    """``(key, started_at)`` of every start after *since*."""
+    rows = _exec(conn, "SELECT key, started_at FROM rate_starts WHERE started_at > :since", {"since": since})
+    return [(r[0], int(r[1])) for r in rows.fetchall()]
+
+
 # -- what queues and keys have in flight ---------------------------------------------------------------
 def queue_admitted_due(conn: Conn, queue: str, now: int, cap: int, exclude: str = "") -> int:
     """Admitted jobs of *queue* (but *exclude*) that may start now (their messages are ready), up to *cap*."""

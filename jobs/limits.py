@@ -108,6 +108,8 @@ class RateLimit(_Limit):
 
 _declared_concurrency: dict[str, int] = {}
 _declared_rates: dict[str, tuple[int, int]] = {}
+#: Limits whose keys are owner ids (``key="owner"``): shown with the owner's name.
+_owner_keyed: set[str] = set()
 #: Bumped by every declaration, so a policy built before it is rebuilt (jobs.admission_policy).
 generation = 0
 
@@ -115,6 +117,8 @@ generation = 0
 def declare(limit: ConcurrencyLimit | RateLimit | None) -> None:
     """Record a kind's limit under its name (every registry's kinds: the limits are the process's)."""
     global generation
+    if limit is not None and limit.key == "owner":
+        _owner_keyed.add(limit.name)
     if isinstance(limit, ConcurrencyLimit):
         _declared_concurrency[limit.name] = limit.limit
     elif isinstance(limit, RateLimit):
@@ -127,6 +131,11 @@ def declare(limit: ConcurrencyLimit | RateLimit | None) -> None:
 def declared() -> tuple[dict[str, int], dict[str, tuple[int, int]]]:
     """The declared limits by name: concurrency limits, and rates as ``(starts, period_ms)``."""
     return dict(_declared_concurrency), dict(_declared_rates)
+
+
+def owner_keyed(name: str) -> bool:
+    """Whether limit *name*'s keys are owner ids."""
+    return name in _owner_keyed
 
 
 def limit_name(key: str) -> str:

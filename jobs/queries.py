@@ -436,3 +436,9 @@ def _change(r: read_store.ChangeRow) -> JobChange:
         progress_message=r.progress_message,
         created_at=_dt(r.created_at),
     )
+
+
+def admission_usage(engine: Engine) -> admission.AdmissionUsage:
+    """What waits for admission per queue and reason, and every declared limit's use (admins' view)."""
+    with db.read(engine) as conn:
+        return admission.usage(conn, now=store.now_ms())

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from .limits import owner_keyed
 from .status import JobStatus
 from .store import EventRow, JobRow
 
@@ -101,7 +102,7 @@ def waiting_of(held: str, on: str) -> dict[str, Any]:
     """What a waiting job's row alone says it waits for (the reason, and the queue, key or workflow)."""
     if held in ("concurrency", "rate"):
         name, _, value = on.partition("=")
-        return {"reason": held, "limit_name": name, "key": value}
+        return {"reason": held, "limit_name": name, "key": value, "key_is_owner": owner_keyed(name)}
     if held == "steps":
         return {"reason": held, "workflow": on}
     return {"reason": "fair_share", "queue": on}

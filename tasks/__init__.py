@@ -13,13 +13,18 @@ declared, metrics last — and declares every kind's actor and the resync on tha
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import dramatiq
 from dramatiq.broker import Broker
+from sqlalchemy import Engine
 
+import accounts
 import jobs
 from broker import SQLiteBroker, make_broker
+from jobs import admission_policy
 from jobs.execution.binding import JobMiddleware
 from monitoring.middleware import MetricsMiddleware
 from monitoring.tracing import configure_tracing
@@ -56,6 +61,11 @@ def build_broker(settings: Settings) -> Broker:
     return make_broker(settings.broker_url)
 
 
+def _owner_ids(engine: Engine, names: Sequence[str]) -> dict[str, str]:
+    found = {name: accounts.owner_id_of(engine, name) for name in names}
+    return {name: owner for name, owner in found.items() if owner is not None}
+
+
 def compose(settings: Settings | None = None) -> Composition:
     """Compose this process once: settings, broker, middleware, actors (later calls return the same).
 
@@ -74,6 +84,8 @@ def compose(settings: Settings | None = None) -> Composition:
         # Fire rows and schedule state live in the job database when the broker is a server.
         configure_schedules(broker, database_url=settings.database_url)
     job_middleware = jobs.install(broker, settings)
+    # Fair-share weights name owners by user name; jobs carry owner ids.
+    admission_policy.resolve_owners = functools.partial(_owner_ids, job_middleware.engine)
     install_schedules(broker)
     transcribe.install(broker)
     broker.add_middleware(MetricsMiddleware())

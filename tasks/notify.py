@@ -22,10 +22,12 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from sqlalchemy import Engine
 
 from jobs import JobContext, JobRecord, get_job, payloads, registry, submit
+from jobs.limits import ConcurrencyLimit
 
 from .channels import ChannelError, EmailChannel, WebhookChannel, channel, webhook_endpoint
 from .domain.control import DomainError
@@ -79,6 +81,22 @@ EMAIL_PAYLOAD = payloads.schema(
 )
 
 
+#: Deliveries to one destination host at once, by default (runtime setting ``concurrency.webhook.host.limit``).
+WEBHOOKS_PER_HOST = 4
+
+
+def destination_host(_owner_id: str, payload: Mapping[str, Any]) -> str | None:
+    """The host a webhook job delivers to (its channel's URL), its key under :data:`WEBHOOKS_PER_HOST`;
+    None (not limited) for a channel that is unknown now: its delivery fails on its own."""
+    try:
+        ch = channel(str(payload.get("channel")))
+    except ChannelError:
+        return None
+    if not isinstance(ch, WebhookChannel):
+        return None
+    return (urlsplit(ch.endpoint.url).hostname or "").lower() or None
+
+
 @registry.kind(
     "notify_webhook",
     queue=QUEUE,
@@ -88,6 +106,8 @@ EMAIL_PAYLOAD = payloads.schema(
     backoff=hinted_backoff,
     max_attempts=WEBHOOK_MAX_ATTEMPTS,
     never_retry=(DeliveryDead, ChannelError),
+    # A receiver is not flooded by one sender: deliveries to one host run a few at a time.
+    concurrency=ConcurrencyLimit("webhook.host", limit=WEBHOOKS_PER_HOST, key=destination_host),
 )
 def notify_webhook(ctx: JobContext, *, channel: str, event_type: str, data: Mapping[str, Any] | None = None) -> Any:
     """Deliver one event to a webhook channel (one attempt per job attempt).

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from jobs import JobCancelled, JobContext, payloads, registry
+from jobs.limits import ConcurrencyLimit
 
 from . import store
 from .domain.control import Cancelled, DomainError
@@ -83,6 +84,10 @@ PAYLOAD = payloads.schema(
 )
 
 
+#: Renders of one owner running at once, by default (runtime setting ``concurrency.render_clip.owner.limit``).
+RENDERS_PER_OWNER = 2
+
+
 def _summary(payload: dict[str, Any]) -> str:
     return f"{payload['session_id']} {payload['start_s']:g}–{payload['end_s']:g} s"
 
@@ -95,6 +100,8 @@ def _summary(payload: dict[str, Any]) -> str:
     safe_to_rerun=True,
     backoff=hinted_backoff,
     never_retry=(SessionNotFound, RenderError, FileNotFoundError, PipelineError),
+    # A render takes a core and minutes: one owner's batch does not take every render slot.
+    concurrency=ConcurrencyLimit("render_clip.owner", limit=RENDERS_PER_OWNER),
 )
 def render_clip_job(
     ctx: JobContext,

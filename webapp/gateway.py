@@ -47,6 +47,8 @@ class JobView:
     files: tuple[str, ...] = ()
     #: Its last attempt timed out and its thread has not stopped yet: a retry answers 409 until it has.
     still_exiting: bool = False
+    #: A queued job waiting for admission: why and on what (:attr:`jobs.JobRecord.waiting`); None otherwise.
+    waiting: dict[str, Any] | None = None
 
     @property
     def can_cancel(self) -> bool:

@@ -11,6 +11,7 @@ carry the current cursor (never replayed; the job's state is re-read anyway).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import random
@@ -28,6 +29,7 @@ from jobs.queries import (
     CursorUnknown,
     JobFilter,
     activity,
+    admission_usage,
     change_head,
     changes_after,
     count_jobs,
@@ -113,6 +115,7 @@ class JobLayerGateway:
             summary=r.summary,
             files=tuple(self._files(r.id)) if str(r.status) in TERMINAL else (),
             still_exiting=r.still_exiting,
+            waiting=r.waiting,
         )
 
     def _output_dir(self, job_id: str) -> Path:
@@ -315,6 +318,16 @@ class JobLayerGateway:
     def progress_notices(self, scope: str | None, *, after: int | None) -> tuple[list[Notice], int]:
         """Best-effort progress notices of running jobs after a per-process position (``None``: from now)."""
         return self.progress.notices(scope, after=after)
+
+    # -- admission -----------------------------------------------------------------------------
+    def admission(self) -> dict[str, Any]:
+        """What waits for admission per queue and reason, fair share's settings and every limit's use."""
+        found = admission_usage(self.engine)
+        return {
+            "fair_share": {"enabled": found.fair_share, "window": found.window},
+            "waiting": [{"queue": q, "reason": r, "jobs": n} for q, r, n in found.waiting],
+            "limits": [dataclasses.asdict(limit) for limit in found.limits],
+        }
 
     # -- activity ------------------------------------------------------------------------------
     def activity(

@@ -15,6 +15,7 @@ from typing import Any
 from flask import g
 
 import accounts
+from jobs.admission import describe
 from jobs.enqueue import MAX_KEY_CHARS
 
 from .services import services
@@ -51,6 +52,19 @@ def owner_filter(name: str) -> str:
     """The owner id an ``owner`` filter naming *name* selects (:data:`NOBODY` when no owner has that name)."""
     found = accounts.owner_id_of(services().engine, name)
     return NOBODY if found is None else found
+
+
+def waiting(detail: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What a waiting job waits for, as people see it: an owner key by the owner's name, and its line
+    (``waiting: concurrency key render_clip.owner=bob, 2/2 running``)."""
+    if detail is None:
+        return None
+    shown = {k: v for k, v in detail.items() if k != "key_is_owner"}
+    if detail.get("key_is_owner"):
+        shown["key"] = owner_name(detail["key"])
+    if "running" in shown or "started" in shown or shown["reason"] in ("fair_share", "steps"):
+        shown["text"] = describe(shown)
+    return shown
 
 
 def event_data(type_: str, data: dict[str, Any]) -> dict[str, Any]:

@@ -96,6 +96,7 @@ def test_ui_foreign_job_is_indistinguishable_from_missing(client, alice, bob, dr
 
 OPS_API = [
     ("GET", "/api/v1/queues"),
+    ("GET", "/api/v1/admission"),
     ("POST", "/api/v1/queues/default/pause"),
     ("POST", "/api/v1/queues/default/resume"),
     ("GET", "/api/v1/dead"),

@@ -23,6 +23,7 @@ from .schemas import (
     AcknowledgeSchema,
     ActivityBucketSchema,
     ActivityQuerySchema,
+    AdmissionSchema,
     DeadBulkResultSchema,
     DeadBulkSchema,
     DeadLetterSchema,
@@ -75,6 +76,15 @@ class Queues(MethodView):
     def get(self):
         """Each queue's depth by state, lag, consumers and pause flag, from the broker's own counters."""
         return operations.queues(services().broker)
+
+
+@blp.route("/admission")
+class Admission(MethodView):
+    @blp.response(200, AdmissionSchema)
+    def get(self):
+        """What waits for admission per queue and reason (jobs without a broker message yet), fair share's
+        settings, and each concurrency and rate limit's use over its keys."""
+        return services().jobs.admission()
 
 
 @blp.route("/queues/<name>/pause")

@@ -11,7 +11,7 @@ from marshmallow import fields, validate
 
 from ..activity_windows import GROUPS, WINDOWS
 from ..gateway import STATUSES
-from ..owners import event_data, owner_name, prefetch_owner_names
+from ..owners import event_data, owner_name, prefetch_owner_names, waiting
 from ..uploads import MAX_FILES
 
 ID_MAX = 100
@@ -103,6 +103,16 @@ class JobSchema(ma.Schema):
     )
     can_delete = fields.Boolean(
         required=True, metadata={"description": "finished and no workflow step: `DELETE` may remove it"}
+    )
+    waiting = fields.Function(
+        lambda job: waiting(job.waiting),
+        metadata={
+            "type": ["object", "null"],
+            "description": "a queued job that waits for admission (it has no broker message yet): `reason` "
+            "(`concurrency`, `rate`, `fair_share`, `steps`) and what it waits on (`limit_name` and `key`, "
+            "`queue`, `workflow`); a job's own answer also says what is in use (`running`/`limit`, "
+            "`started`/`starts`/`period_s`) and `text`, the line the UI shows. null for any other job",
+        },
     )
 
 
@@ -286,6 +296,38 @@ class QueueSchema(ma.Schema):
     pause_unavailable = fields.String(
         allow_none=True, required=True, metadata={"description": "why this broker cannot pause queues"}
     )
+
+
+class WaitingCountSchema(ma.Schema):
+    queue = fields.String(required=True)
+    reason = fields.String(
+        required=True, validate=validate.OneOf(["fair_share", "concurrency", "rate", "steps"]),
+        metadata={"description": "what the jobs wait for (steps: a workflow's earlier steps)"},
+    )  # fmt: skip
+    jobs = fields.Integer(required=True)
+
+
+class LimitUsageSchema(ma.Schema):
+    name = fields.String(required=True, metadata={"description": "the limit's name (its runtime settings' name)"})
+    type = fields.String(required=True, validate=validate.OneOf(["concurrency", "rate"]))
+    limit = fields.Integer(required=True, metadata={"description": "per key: running jobs, or starts per period"})
+    period_s = fields.Float(allow_none=True, required=True, metadata={"description": "a rate limit's period"})
+    in_use = fields.Integer(
+        required=True, metadata={"description": "over all keys: running jobs, or starts in the last period"}
+    )
+    waiting = fields.Integer(required=True, metadata={"description": "jobs waiting for a key of this limit"})
+    keys_at_limit = fields.Integer(required=True)
+
+
+class FairShareSchema(ma.Schema):
+    enabled = fields.Boolean(required=True)
+    window = fields.Integer(required=True, metadata={"description": "ready jobs of one queue in the broker"})
+
+
+class AdmissionSchema(ma.Schema):
+    fair_share = fields.Nested(FairShareSchema, required=True)
+    waiting = fields.List(fields.Nested(WaitingCountSchema), required=True)
+    limits = fields.List(fields.Nested(LimitUsageSchema), required=True)
 
 
 class PausedSchema(ma.Schema):

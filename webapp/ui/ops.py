@@ -113,7 +113,9 @@ def _safe(fn):  # type: ignore[no-untyped-def]
 @bp.route("/ops/queues")
 def ops_queues():
     _admin()
-    return render_template("ops_queues.html", queues=_safe(operations.queues), form=EmptyForm())
+    return render_template(
+        "ops_queues.html", queues=_safe(operations.queues), admission=services().jobs.admission(), form=EmptyForm()
+    )
 
 
 @bp.route("/ops/queues/<name>/<action>", methods=["POST"])
