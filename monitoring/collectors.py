@@ -165,10 +165,12 @@ class JobsSource:
         outbox_backlog: Callable[[], OutboxBacklog | None] | None = None,
         *,
         statuses: Sequence[str] = ("queued", "running", "succeeded", "failed", "cancelled", "interrupted"),
+        admission: Callable[[], Any] | None = None,
     ) -> None:
         self.status_counts = status_counts
         self.outbox_backlog = outbox_backlog
         self.statuses = tuple(statuses)
+        self.admission = admission
 
     def collect(self) -> Iterable[Any]:
         families = []
@@ -188,7 +190,23 @@ class JobsSource:
                     age = m.OUTBOX_OLDEST_AGE.family()
                     age.add_metric([], backlog.oldest_age_s)
                     families.append(age)
+        if self.admission is not None:
+            families.extend(self._admission(self.admission()))
         return families
+
+    @staticmethod
+    def _admission(found: Any) -> list[Any]:
+        """Admission's gauges from a :class:`jobs.admission.AdmissionUsage` (labels: queues and declared limits)."""
+        waiting = m.JOBS_WAITING.family()
+        for queue, reason, count in found.waiting:
+            waiting.add_metric([queue, reason], count)
+        in_use, waits, at_limit = m.LIMIT_IN_USE.family(), m.LIMIT_WAITING.family(), m.LIMIT_KEYS_AT_LIMIT.family()
+        for limit in found.limits:
+            labels = [limit.name, limit.type]
+            in_use.add_metric(labels, limit.in_use)
+            waits.add_metric(labels, limit.waiting)
+            at_limit.add_metric(labels, limit.keys_at_limit)
+        return [waiting, in_use, waits, at_limit]
 
     @classmethod
     def for_engine(cls, engine: Any) -> JobsSource:
@@ -201,6 +219,7 @@ class JobsSource:
         from jobs import JobStatus
         from jobs import db as jobs_db
         from jobs import store as jobs_store
+        from jobs.queries import admission_usage
 
         def status_counts() -> Mapping[str, int]:
             with jobs_db.read(engine) as conn:
@@ -210,7 +229,12 @@ class JobsSource:
             with jobs_db.read(engine) as conn:
                 return OutboxBacklog(rows=jobs_store.outbox_pending_count(conn))
 
-        return cls(status_counts, outbox_backlog, statuses=[s.value for s in JobStatus])
+        return cls(
+            status_counts,
+            outbox_backlog,
+            statuses=[s.value for s in JobStatus],
+            admission=lambda: admission_usage(engine),
+        )
 
 
 @dataclass(frozen=True)

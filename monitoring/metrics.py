@@ -261,6 +261,25 @@ OUTBOX_BACKLOG = DbMetric("tenure_outbox_backlog", "gauge", "Outbox rows not yet
 OUTBOX_OLDEST_AGE = DbMetric(
     "tenure_outbox_oldest_age_seconds", "gauge", "Age of the oldest unpublished outbox row (0 when empty)."
 )
+JOBS_WAITING = DbMetric(
+    "tenure_jobs_waiting",
+    "gauge",
+    "Queued jobs waiting for admission (no broker message yet) per queue and reason: fair_share, concurrency, "
+    "rate, steps (a workflow's earlier steps).",
+    ("queue", "reason"),
+)
+LIMIT_IN_USE = DbMetric(
+    "tenure_limit_in_use",
+    "gauge",
+    "Per declared limit, over all its keys: running jobs (concurrency) or starts in the last period (rate).",
+    ("limit", "type"),
+)
+LIMIT_WAITING = DbMetric(
+    "tenure_limit_waiting", "gauge", "Jobs waiting for a key of the limit to have room.", ("limit", "type")
+)
+LIMIT_KEYS_AT_LIMIT = DbMetric(
+    "tenure_limit_keys_at_limit", "gauge", "Keys of the limit at their limit now.", ("limit", "type")
+)
 SCHEDULE_LAST_FIRE = DbMetric(
     "tenure_schedule_last_fire_timestamp_seconds",
     "gauge",
@@ -297,6 +316,10 @@ DB_METRICS: dict[str, DbMetric] = {
         QUEUE_CONSUMERS,
         LEASES_EXPIRED_UNREAPED,
         JOBS,
+        JOBS_WAITING,
+        LIMIT_IN_USE,
+        LIMIT_WAITING,
+        LIMIT_KEYS_AT_LIMIT,
         OUTBOX_BACKLOG,
         OUTBOX_OLDEST_AGE,
         SCHEDULE_LAST_FIRE,
