@@ -22,9 +22,9 @@ cannot tell is ``None`` (never a guessed 0):
   eta (unacknowledged there); lag = now − the head message's ``timestamp`` property (whole seconds),
   which that broker stamps with the message's due time. RabbitMQ samples those statistics every 5 s
   by default, so they trail the declare's counts by up to that long, and a queue not sampled yet has
-  none. Without the API (or while it does not answer, or for a head message published without a
-  timestamp, e.g. by Dramatiq's own ``RabbitmqBroker``), in flight and lag are ``None`` and
-  ``delayed`` counts only the delayed messages no worker has fetched yet.
+  none. Without the API (or while it does not answer), in flight and lag are ``None`` and
+  ``delayed`` counts only the delayed messages no worker has fetched yet; a head message published
+  without a timestamp (e.g. by Dramatiq's own ``RabbitmqBroker``) leaves the lag ``None``.
 """
 
 from __future__ import annotations
