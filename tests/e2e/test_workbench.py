@@ -22,6 +22,13 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 FOLDER_NAME = "23058-session-2026-workbench"
 TERMINAL = ("succeeded", "failed", "cancelled", "interrupted")
+#: How long :func:`finished_pipeline` waits for a pipeline it runs itself, in seconds.
+PIPELINE_WAIT_S = 180
+#: pytest-timeout for the tests that use it: that wait and the test's own pages (the default 120 s would kill
+#: a test on a loaded machine while its fixture still waits).
+FINISHED_PIPELINE_TIMEOUT_S = PIPELINE_WAIT_S + 60
+#: How long the graph test watches each of its two phases, in seconds.
+PHASE_WAIT_S = 120
 
 
 @pytest.fixture(scope="module")
@@ -43,13 +50,14 @@ def finished_pipeline(deployment: Deployment, pipeline) -> dict:  # type: ignore
     for queue in ("default", "render"):  # as the graph test leaves them, even if it stopped half-way
         deployment.api("POST", f"/api/v1/queues/{queue}/resume")
     job = deployment.submit("recording_pipeline", pipeline["payload"])
-    return deployment.wait_job(job["id"], lambda j: j["status"] in TERMINAL, timeout_s=180)
+    return deployment.wait_job(job["id"], lambda j: j["status"] in TERMINAL, timeout_s=PIPELINE_WAIT_S)
 
 
 def _dag_states(page) -> dict[str, str]:  # type: ignore[no-untyped-def]
     return dict(page.locator("svg.dag a.node").evaluate_all("els => els.map(e => [e.dataset.step, e.dataset.status])"))
 
 
+@pytest.mark.timeout(2 * PHASE_WAIT_S + 60)  # two watched phases, then the clip and the transcript
 def test_pipeline_graph_updates_live_and_its_clip_plays(browser, deployment: Deployment, pipeline) -> None:  # type: ignore[no-untyped-def]
     s = Session(browser, deployment, "user")
     page = s.page
@@ -66,7 +74,7 @@ def test_pipeline_graph_updates_live_and_its_clip_plays(browser, deployment: Dep
     seen: dict[str, list[str]] = {}
     progress: list[float] = []
 
-    def watch(until, timeout_s: float = 120) -> None:  # type: ignore[no-untyped-def]
+    def watch(until, timeout_s: float = PHASE_WAIT_S) -> None:  # type: ignore[no-untyped-def]
         """Record every node's status (and the workflow's progress once the whole DAG is known) until *until*."""
         deadline = time.monotonic() + timeout_s
         while True:
@@ -128,6 +136,7 @@ def test_pipeline_graph_updates_live_and_its_clip_plays(browser, deployment: Dep
     s.close()
 
 
+@pytest.mark.timeout(FINISHED_PIPELINE_TIMEOUT_S)
 def test_search_finds_the_import_by_its_folder_and_groups_steps(  # type: ignore[no-untyped-def]
     browser, deployment: Deployment, finished_pipeline
 ) -> None:
@@ -162,6 +171,7 @@ def test_search_finds_the_import_by_its_folder_and_groups_steps(  # type: ignore
     s.close()
 
 
+@pytest.mark.timeout(FINISHED_PIPELINE_TIMEOUT_S)
 def test_charts_by_window_and_kind(browser, deployment: Deployment, finished_pipeline) -> None:  # type: ignore[no-untyped-def]
     s = Session(browser, deployment, "admin")
     page = s.page
@@ -179,6 +189,7 @@ def test_charts_by_window_and_kind(browser, deployment: Deployment, finished_pip
 PAGES_390 = ("/jobs?group=1", "/jobs?q=colour:red", "/jobs/{pipeline}", "/jobs/{step}", "/ops?window=7d&group=queue")
 
 
+@pytest.mark.timeout(FINISHED_PIPELINE_TIMEOUT_S)
 def test_new_pages_fit_390px(browser, deployment: Deployment, finished_pipeline) -> None:  # type: ignore[no-untyped-def]
     parent = deployment.api("GET", "/api/v1/jobs?q=kind:recording_pipeline+status:succeeded")["items"][0]
     step = deployment.api("GET", f"/api/v1/jobs?parent={parent['id']}&q=kind:render_clip")["items"][0]
