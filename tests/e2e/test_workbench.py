@@ -7,6 +7,7 @@ worker running the real import, ASR and render actors, Debian's Chromium.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -176,12 +177,31 @@ def test_charts_by_window_and_kind(browser, deployment: Deployment, finished_pip
     s = Session(browser, deployment, "admin")
     page = s.page
     page.goto(f"{deployment.base_url}/ops")
-    page.select_option("#chart-window", "24h")
-    page.select_option("#chart-group", "kind")
-    page.click("#chart-form button[type=submit]")
-    page.wait_for_url("**/ops?window=24h&group=kind")
-    titles = page.locator("svg.chart rect title").all_text_contents()
-    assert any("render_clip:" in t for t in titles) and any("import_recording:" in t for t in titles)
+    for window, group, heading in (
+        ("1h", "queue", "Last hour, by queue"),
+        ("7d", "", "Last 7 days"),
+        ("24h", "kind", "Last 24 hours, by kind"),
+    ):
+        page.select_option("#chart-window", window)
+        page.select_option("#chart-group", group)
+        page.click("#chart-form button[type=submit]")
+        page.wait_for_url(f"**/ops?window={window}&group={group}")
+        assert page.inner_text("section.charts h2") == heading
+        titles = page.locator("svg.chart rect title").all_text_contents()
+        expected = {
+            "queue": ("render:", "default:"),
+            "kind": ("render_clip:", "import_recording:"),
+            "": ("succeeded:",),
+        }[group]
+        assert all(any(e in t for t in titles) for e in expected), (window, titles)
+        # Hovering a bar: the element under the pointer carries its value (the SVG <title> the browser shows)
+        counted = page.locator("svg.chart rect").evaluate_all(
+            "els => els.map((e, i) => /: [1-9]/.test(e.textContent) ? i : -1).filter(i => i >= 0)"
+        )
+        assert counted, (window, titles)
+        page.locator("svg.chart rect").nth(counted[0]).hover()
+        hovered = page.locator("svg.chart rect:hover > title")
+        assert hovered.count() == 1 and re.search(r": [1-9]\d*$", hovered.text_content() or ""), hovered.count()
     s.shot("ops-charts-by-kind")
     s.close()
 
