@@ -6,8 +6,12 @@ pause a queue and see jobs wait; bulk-cancel; replay a dead letter; tokens; log 
 issue 19's: a schedule's fire history links the job each fire made and a paused schedule has no next
 fire; dead letters show a redacted preview and are replayed and purged by filter after a dry run;
 non-ASCII text stays text; settings read on/off; at 390 px no page is wider than the screen and every
-control is on it. Screenshots of the main pages go to docs/screenshots/ (referenced from docs/ui.md),
-written only when they look different (tests/e2e/screenshots.py). No console errors allowed.
+control is on it; the submit form checks the kind's rules in the browser before sending (and the API
+refuses the same payloads with the reason); the media kinds' forms say what their OpenAPI schemas say;
+a failure's error in the list; deleting a finished job from its page; a scheduler back after downtime
+shows the ticks it skipped. Screenshots of every page (1280 and 390 px) go to docs/screenshots/
+(referenced from docs/ui.md), written only when they look different (tests/e2e/screenshots.py). No
+console errors allowed.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """The media workbench in a real browser (issue 19, items 1–3): a recording pipeline watched live on its
 workflow page (the DAG's nodes change as steps finish), its clip played in the page and its transcript
 read, the steps grouped under their workflow, a qualifier search that finds the import by its folder,
-the charts' windows and breakdowns, and every new page within 390 px. Real gunicorn, a real dramatiq
-worker running the real import, ASR and render actors, Debian's Chromium.
+the charts' windows (1 h, 24 h, 7 d) and breakdowns with the value of the hovered bar, and every new page
+within 390 px. Real gunicorn, a real dramatiq worker running the real import, ASR and render actors,
+Debian's Chromium.
 """
 
 from __future__ import annotations
