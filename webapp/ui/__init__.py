@@ -2,7 +2,9 @@
 
 One blueprint (:mod:`webapp.ui.blueprint`), its pages in a module per area: jobs, operations, runtime
 settings. Live updates: ``static/live.js`` listens to ``/api/v1/live`` and re-fetches the partial of each
-job a notice names (``data-live-src``); without the feed it polls every ``UI_POLL_S`` seconds.
+job a notice names (``data-live-src``); without the feed it polls every ``UI_POLL_S`` seconds. A submit
+form is checked in the browser before it is sent (``static/submit.js``, the rules rendered by :mod:`.forms`
+from the kind's schema); the server checks it again.
 """
 
 from . import jobs, ops, settings
