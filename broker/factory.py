@@ -1,5 +1,5 @@
 """Choose a Dramatiq broker from a URL: the SQLite default, Redis (Dramatiq's broker plus a heartbeat
-thread, :mod:`broker.redis_heartbeat`) or RabbitMQ (Dramatiq's broker stamping publish times,
+thread, :mod:`broker.redis_heartbeat`, and wake-ups, :mod:`broker.redis_wakeup`) or RabbitMQ (Dramatiq's broker stamping publish times,
 :mod:`broker.rabbitmq`)."""
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ def make_broker(
     """Build the broker for *url*.
 
     ``sqlite:///path`` → :class:`broker.SQLiteBroker`; ``redis://…`` →
-    :class:`broker.redis_heartbeat.HeartbeatRedisBroker` (a dead consumer's messages are back within
-    ``heartbeat_timeout``, default 5 s, plus a second); ``amqp://…`` →
+    :class:`broker.redis_wakeup.WakingRedisBroker` (a dead consumer's messages are back within
+    ``heartbeat_timeout``, default 5 s, plus a second; an idle consumer wakes within milliseconds of an
+    enqueue); ``amqp://…`` →
     :class:`broker.rabbitmq.TimestampedRabbitmqBroker`, Dramatiq's ``RabbitmqBroker`` stamping each
     message's due time (RabbitMQ requeues a consumer's unacked messages as soon as its connection
     closes, which a killed process's does at once). *rabbitmq_management_url* (RabbitMQ's management
@@ -37,9 +38,9 @@ def make_broker(
 
         return SQLiteBroker(url, middleware, **options)
     if scheme in ("redis", "rediss"):
-        from .redis_heartbeat import HeartbeatRedisBroker
+        from .redis_wakeup import WakingRedisBroker
 
-        return HeartbeatRedisBroker(url=url, middleware=middleware, **options)
+        return WakingRedisBroker(url=url, middleware=middleware, **options)
     if scheme in ("amqp", "amqps"):
         from .rabbitmq import TimestampedRabbitmqBroker
 

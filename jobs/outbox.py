@@ -8,9 +8,11 @@ claim turns that duplicate delivery into a no-op.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
+from typing import Any
 
 from dramatiq.broker import Broker
 from dramatiq.common import dq_name
@@ -27,6 +29,8 @@ logger = logging.getLogger(__name__)
 
 #: Rows published per transaction.
 RELAY_BATCH = 200
+#: How often a relay waiting for a notification looks whether it was asked to stop, in seconds.
+STOP_CHECK_S = 0.5
 #: Published rows are kept this long (for audit), in milliseconds.
 PUBLISHED_RETENTION_MS = 24 * 3600 * 1000
 
@@ -43,7 +47,7 @@ def relay_once(engine: Engine, broker: Broker | None = None, *, limit: int = REL
       sqlalchemy.exc.OperationalError: The database is unavailable (nothing was marked).
     """
     broker = resolve_broker(broker)
-    published = 0
+    published: list[int] = []
     with db.write(engine) as tx:
         now = store.now_ms()
         for row in store.outbox_pending(tx.conn, limit):
@@ -57,9 +61,9 @@ def relay_once(engine: Engine, broker: Broker | None = None, *, limit: int = REL
                 logger.warning("Outbox row %d (message %s) not published: %s", row.id, row.message_id, e)
                 store.outbox_mark_failed(tx.conn, row.id, public_error(e))
                 continue
-            store.outbox_mark_published(tx.conn, row.id, now)
-            published += 1
-    return published
+            published.append(row.id)
+        store.outbox_mark_published(tx.conn, published, now)
+    return len(published)
 
 
 def relay_forever(settings: Settings, broker: Broker | None = None, *, stop: threading.Event | None = None) -> None:
@@ -74,6 +78,7 @@ def relay_forever(settings: Settings, broker: Broker | None = None, *, stop: thr
     check_database_at_head(engine)
     stop = stop or threading.Event()
     next_prune = 0.0
+    waker = _Waker(engine)
     logger.info("Outbox relay started.")
     while not stop.is_set():
         try:
@@ -86,5 +91,47 @@ def relay_forever(settings: Settings, broker: Broker | None = None, *, stop: thr
             logger.exception("Outbox relay iteration failed; retrying.")
             n = 0
         if n < RELAY_BATCH:
-            stop.wait(settings.relay_interval_s)
+            waker.wait(settings.relay_interval_s, stop)
+    waker.close()
     engine.dispose()
+
+
+class _Waker:
+    """How an idle relay waits: on PostgreSQL until a transaction that wrote outbox rows commits (their
+    trigger's NOTIFY on :data:`jobs.store.OUTBOX_CHANNEL`) or the poll interval passes; elsewhere the
+    interval. A lost listening connection falls back to the interval and listens again next time."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._url = engine.url if engine.dialect.name == "postgresql" else None
+        self._conn: Any = None
+
+    def wait(self, timeout_s: float, stop: threading.Event) -> None:
+        if self._url is None:
+            stop.wait(timeout_s)
+            return
+        deadline = time.monotonic() + timeout_s
+        try:
+            conn = self._listening()
+            # In slices, so a stop is seen within one.
+            while not stop.is_set() and (left := deadline - time.monotonic()) > 0:
+                if list(conn.notifies(timeout=min(left, STOP_CHECK_S), stop_after=1)):
+                    return
+        except Exception:
+            logger.warning("The outbox relay's LISTEN connection failed; polling until it is back.", exc_info=True)
+            self.close()
+            stop.wait(timeout_s)
+
+    def _listening(self) -> Any:
+        if self._conn is None:
+            import psycopg
+
+            url = self._url.set(drivername="postgresql")
+            self._conn = psycopg.connect(url.render_as_string(hide_password=False), autocommit=True)
+            self._conn.execute(f"LISTEN {store.OUTBOX_CHANNEL}")
+        return self._conn
+
+    def close(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(Exception):
+                self._conn.close()
+            self._conn = None

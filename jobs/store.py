@@ -658,11 +658,20 @@ def outbox_pending(conn: Connection, limit: int) -> list[OutboxRow]:
     return [OutboxRow(r[0], r[1], r[2], r[3], bytes(r[4]), r[5]) for r in conn.execute(_q(sql), {"limit": limit})]
 
 
-def outbox_mark_published(conn: Connection, outbox_id: int, now: int) -> None:
-    conn.execute(
-        _q("UPDATE outbox SET published_at = :now, attempts = attempts + 1 WHERE id = :id"),
-        {"id": outbox_id, "now": now},
-    )
+def outbox_mark_published(conn: Connection, outbox_ids: list[int], now: int) -> None:
+    """Mark the rows published (one statement for a relay's batch)."""
+    if not outbox_ids:
+        return
+    stmt = _SQL.get("outbox_mark_published")
+    if stmt is None:
+        stmt = _SQL["outbox_mark_published"] = text(
+            "UPDATE outbox SET published_at = :now, attempts = attempts + 1 WHERE id IN :ids"
+        ).bindparams(bindparam("ids", expanding=True))
+    conn.execute(stmt, {"ids": outbox_ids, "now": now})
+
+
+#: The channel a new outbox row is announced on (PostgreSQL; revision 0019's trigger): relays LISTEN to it.
+OUTBOX_CHANNEL = "tenure_outbox"
 
 
 def outbox_mark_failed(conn: Connection, outbox_id: int, error: str) -> None:

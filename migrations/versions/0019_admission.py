@@ -17,6 +17,10 @@ per queue and owner: the window and the fair-share counts), ``ix_jobs_concurrenc
 
 ``rate_starts`` logs the starts of rate-limited jobs (the sliding window a rate limit counts).
 
+On PostgreSQL, a statement trigger on ``outbox`` sends ``NOTIFY tenure_outbox``: the relay publishes a
+job's message when the transaction that wrote it commits instead of at its next poll. Workflow steps
+already waiting for their dependencies are marked ``held = 'steps'``.
+
 Revision ID: 0019
 Revises: 0016
 Create Date: 2026-12-06
@@ -86,9 +90,30 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name="pk_rate_starts"),
     )
     op.create_index("ix_rate_starts_key_started_at", "rate_starts", ["key", "started_at"])
+    if op.get_bind().dialect.name == "postgresql":
+        # Relays LISTEN on tenure_outbox: a transaction that wrote outbox rows wakes them when it commits
+        # (PostgreSQL sends one notification per channel and transaction, however many rows it wrote).
+        op.execute(
+            "CREATE FUNCTION tenure_outbox_notify() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$ BEGIN PERFORM pg_notify('tenure_outbox', ''); RETURN NULL; END $$"
+        )
+        op.execute(
+            "CREATE TRIGGER outbox_notify AFTER INSERT ON outbox FOR EACH STATEMENT "
+            "EXECUTE FUNCTION tenure_outbox_notify()"
+        )
+    # Workflow steps queued before this revision that wait for their dependencies wait as such now.
+    op.execute(
+        "UPDATE jobs SET held = 'steps', held_on = parent_job_id WHERE status = 'queued' "
+        "AND parent_job_id IS NOT NULL AND EXISTS (SELECT 1 FROM job_dependencies d "
+        "JOIN jobs dep ON dep.id = d.depends_on_job_id WHERE d.job_id = jobs.id AND dep.status <> 'succeeded')"
+    )
 
 
 def downgrade() -> None:
+    if op.get_bind().dialect.name == "postgresql":
+        op.execute("DROP TRIGGER IF EXISTS outbox_notify ON outbox")
+        op.execute("DROP FUNCTION IF EXISTS tenure_outbox_notify()")
+    op.execute("UPDATE jobs SET held = NULL, held_on = NULL WHERE held IS NOT NULL")
     op.drop_index("ix_rate_starts_key_started_at", table_name="rate_starts")
     op.drop_table("rate_starts")
     for name in ("ix_jobs_rate_admitted", "ix_jobs_concurrency_active", "ix_jobs_inflight", "ix_jobs_held"):

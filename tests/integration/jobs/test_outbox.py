@@ -93,3 +93,31 @@ def test_tenure_relay_says_it_started(tmp_path: Path) -> None:
     finally:
         relay.send_signal(signal.SIGTERM)
         relay.wait(timeout=20)
+
+
+def test_an_idle_relay_on_postgresql_publishes_when_the_submit_commits(env: JobEnv) -> None:
+    import dataclasses
+    import threading
+
+    from jobs.outbox import relay_forever
+
+    if env.backend == "sqlite":
+        return  # one file: the message is written in the job's own transaction, there is no relay
+    env.declare("echo", lambda ctx, **p: p)
+    # A poll interval far longer than the test: only the commit's NOTIFY can wake the relay in time.
+    settings = dataclasses.replace(env.settings, relay_interval_s=60.0)
+    stop = threading.Event()
+    relay = threading.Thread(target=relay_forever, args=(settings, env.broker), kwargs={"stop": stop})
+    relay.start()
+    try:
+        time.sleep(0.5)  # let it start listening (a submit before that is published by its first pass anyway)
+        job = env.submit("echo", payload={"n": 1})
+        deadline = time.monotonic() + 20
+        while env.sql("SELECT count(*) FROM outbox WHERE published_at IS NOT NULL")[0][0] == 0:
+            assert time.monotonic() < deadline, "the relay slept through the commit"
+            time.sleep(0.02)
+        assert env.sql("SELECT job_id FROM outbox WHERE published_at IS NOT NULL") == [(job.id,)]
+    finally:
+        stop.set()
+        relay.join(10)
+    assert not relay.is_alive()
