@@ -36,6 +36,22 @@ def reused_in(config: str) -> dict[str, str]:
     return dict(json.loads(config).get(REUSED_KEY, {}))
 
 
+def in_run_order(rows: Sequence[store.JobRow], edges: Sequence[tuple[str, str]]) -> list[store.JobRow]:
+    """Steps oldest first, and steps created together — in the same millisecond, as a workflow's first
+    steps are — in the order they run: after the steps they depend on (*edges*: ``(step, dependency)``)."""
+    after: dict[str, list[str]] = {}
+    for step, dependency in edges:
+        after.setdefault(step, []).append(dependency)
+    depth: dict[str, int] = {}
+
+    def depth_of(step: str) -> int:  # the longest chain of dependencies before *step* (a DAG: no cycles)
+        if step not in depth:
+            depth[step] = 1 + max((depth_of(d) for d in after.get(step, ())), default=-1)
+        return depth[step]
+
+    return sorted(rows, key=lambda r: (r.created_at, depth_of(r.id), r.id))
+
+
 class Progressing(Protocol):
     """A step as its workflow's progress sees it (a job row, or :class:`jobs.store.StepProgress`)."""
 

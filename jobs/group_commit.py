@@ -1,12 +1,14 @@
-"""Group commit of the job layer's hot-path writes on SQLite: claim, progress, events, completion.
+"""Group commit of the job layer's hot-path writes: claim, progress, events, completion.
 
 Every job makes at least three small write transactions (claim, progress, completion). On SQLite each
 commit appends the pages it touched to the WAL (the ``jobs`` row's page and its index pages, the
 event page and its index pages), so three commits per job cost far more than the statements
-themselves, and all of them queue on the file's single write lock. Here the threads of one process
-hand those writes to one writer thread, which runs everything that arrived meanwhile in ONE
-``BEGIN IMMEDIATE … COMMIT`` — the way the broker group-commits its acks — so a page shared by many
-jobs is written once per batch instead of once per job.
+themselves, and all of them queue on the file's single write lock. On PostgreSQL each commit is a
+round trip and a WAL flush the committing thread waits for. Here the threads of one process hand
+those writes to one writer thread, which runs everything that arrived meanwhile in ONE transaction
+(SQLite: ``BEGIN IMMEDIATE … COMMIT`` on a raw connection, the way the broker group-commits its acks;
+PostgreSQL: one connection of the engine), so a page shared by many jobs is written, and a commit
+waited for, once per batch instead of once per job.
 
 Each write still has all-or-nothing semantics of its own: when one raises, the batch is rolled back
 and replayed write by write, each in its own transaction, so only that write fails and its
@@ -26,7 +28,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 
 from .db import Tx, busy_timeout_ms, fast_sqlite, raw_connection, write, writer_lock
 from .lifecycle import AfterCommitBuffer
@@ -57,17 +59,72 @@ class _Write:
         self.committed = False
 
 
-class GroupCommitter:
-    """The writer thread of one SQLite file in this process."""
+class _SqliteFile:
+    """How the writer of one SQLite file connects and runs a batch: a raw connection, ``BEGIN IMMEDIATE``."""
 
-    def __init__(self, path: str, busy_timeout_ms: int, lock: Any) -> None:
-        self._key = (os.getpid(), path)
+    def __init__(self, path: str, busy_timeout_ms: int) -> None:
         self.path = path
         self.busy_timeout_ms = busy_timeout_ms
+
+    def connect(self) -> sqlite3.Connection:
+        return raw_connection(self.path, self.busy_timeout_ms)
+
+    @staticmethod
+    def transaction(conn: sqlite3.Connection, batch: list[_Write]) -> None:
+        # No SAVEPOINT per write: two more statements per write, each a GIL round trip in this busy
+        # thread. A write that raises rolls the batch back and _commit replays it write by write.
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            _run(conn, batch)
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+
+    @staticmethod
+    def close(conn: sqlite3.Connection) -> None:
+        conn.close()
+
+
+class _Engine:
+    """How the writer of a server database connects and runs a batch: one connection of the engine."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def connect(self) -> Connection:
+        return self.engine.connect()
+
+    @staticmethod
+    def transaction(conn: Connection, batch: list[_Write]) -> None:
+        with conn.begin():
+            _run(conn, batch)
+
+    @staticmethod
+    def close(conn: Connection) -> None:
+        conn.close()
+
+
+def _run(conn: Any, batch: list[_Write]) -> None:
+    for w in batch:
+        try:
+            w.result = w.fn(Tx(conn, w.pending))
+        except Exception as e:
+            w.error = e
+            raise _WriteFailed() from e
+
+
+class GroupCommitter:
+    """The writer thread of one database in this process."""
+
+    def __init__(self, key: str, database: _SqliteFile | _Engine, lock: Any) -> None:
+        self._key = (os.getpid(), key)
+        self._database = database
         self._lock = lock
         self._pending: deque[_Write] = deque()
         self._cond = threading.Condition(threading.Lock())
-        self._conn: sqlite3.Connection | None = None
+        self._conn: Any = None
         self._retired = False
         self._thread = threading.Thread(target=self._run, name="tenure-job-writes", daemon=True)
         self._thread.start()
@@ -89,9 +146,9 @@ class GroupCommitter:
         return write.result
 
     # -- the writer thread --------------------------------------------------------------------------
-    def _connect(self) -> sqlite3.Connection:
+    def _connect(self) -> Any:
         if self._conn is None:
-            self._conn = raw_connection(self.path, self.busy_timeout_ms)
+            self._conn = self._database.connect()
         return self._conn
 
     def _run(self) -> None:
@@ -135,33 +192,18 @@ class GroupCommitter:
                 except _WriteFailed:
                     pass
 
-    @staticmethod
-    def _transaction(conn: sqlite3.Connection, batch: list[_Write]) -> None:
-        # No SAVEPOINT per write: two more statements per write, each a GIL round trip in this busy
-        # thread. A write that raises rolls the batch back and _commit replays it write by write.
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            for write in batch:
-                try:
-                    write.result = write.fn(Tx(conn, write.pending))  # type: ignore[arg-type]
-                except Exception as e:
-                    write.error = e
-                    raise _WriteFailed() from e
-            conn.execute("COMMIT")
-            for write in batch:
-                write.committed = True
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
+    def _transaction(self, conn: Any, batch: list[_Write]) -> None:
+        self._database.transaction(conn, batch)
+        for w in batch:
+            w.committed = True
 
     def _reset(self) -> None:
         # After a failed batch (database unavailable, disk full…) start over with a fresh connection.
         conn, self._conn = self._conn, None
         if conn is not None:
             try:
-                conn.close()
-            except sqlite3.Error:
+                self._database.close(conn)
+            except Exception:
                 logger.debug("Closing the job writer's connection failed.", exc_info=True)
 
 
@@ -170,17 +212,18 @@ _committers_lock = threading.Lock()
 
 
 def _committer(engine: Engine) -> GroupCommitter:
-    """The writer thread of *engine*'s SQLite file in this process (started on first use)."""
-    path = engine.url.database
-    assert path
-    key = (os.getpid(), path)
+    """The writer thread of *engine*'s database in this process (started on first use)."""
+    sqlite = engine.dialect.name == "sqlite"
+    name = engine.url.database if sqlite else engine.url.render_as_string(hide_password=True)
+    assert name
+    key = (os.getpid(), name)
     c = _committers.get(key)
     if c is None:
-        busy_ms = busy_timeout_ms(engine)
         with _committers_lock:
             c = _committers.get(key)
             if c is None:
-                c = _committers[key] = GroupCommitter(path, busy_ms, writer_lock(engine))
+                database = _SqliteFile(name, busy_timeout_ms(engine)) if sqlite else _Engine(engine)
+                c = _committers[key] = GroupCommitter(name, database, writer_lock(engine))
     return c
 
 
@@ -192,13 +235,15 @@ def _holds(lock: Any) -> bool:
 def hot_write(engine: Engine, fn: Callable[[Tx], T]) -> T:
     """Run ``fn(tx)`` in a write transaction and return its result after the commit.
 
-    On SQLite (engines made by :func:`jobs.db.make_engine`) the write is group-committed with the
-    other hot-path writes of this process and ``tx.conn`` is a raw :class:`sqlite3.Connection` (the
-    store's hot-path queries accept either); *fn* must not keep state across calls, since a batch
-    that fails as a whole is reported to every caller, whose retry runs *fn* again. Elsewhere this is
+    The write is group-committed with the other hot-path writes of this process. On SQLite (engines made
+    by :func:`jobs.db.make_engine`) ``tx.conn`` is a raw :class:`sqlite3.Connection` (the store's
+    hot-path queries accept either); on PostgreSQL, a connection of the engine's pool. *fn* must not
+    keep state across calls, since a batch that fails as a whole is reported to every caller, whose
+    retry runs *fn* again. A SQLite engine made otherwise (``_unserialized``) writes inline:
     ``with jobs.db.write(engine) as tx: return fn(tx)``.
     """
-    if not fast_sqlite(engine) or _holds(writer_lock(engine)):
+    postgres = engine.dialect.name == "postgresql"
+    if not (postgres or fast_sqlite(engine)) or _holds(writer_lock(engine)):
         # (A thread already inside a write transaction of this file would wait for the writer thread
         # while holding the lock that thread needs: it runs its write inline instead, as before.)
         with write(engine) as tx:

@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import Connection, Engine
 
-from . import admission, attempts, db, exit_store, read_store, retention_store, store
+from . import admission, attempts, dag, db, exit_store, read_store, retention_store, store
 from .attempts import AttemptRecord
 from .errors import CursorExpired, JobNotFound
 from .read_store import JobFilterSQL
@@ -176,18 +176,8 @@ def steps_of(
     with db.read(engine) as conn:
         rows = read_store.job_steps_of(conn, parent_ids[:MAX_LIMIT], None if is_admin else owner_id)
         edges = read_store.step_edges(conn, [r.id for r in rows])
-    after: dict[str, list[str]] = {}
-    for step, dependency in edges:
-        after.setdefault(step, []).append(dependency)
-    depth: dict[str, int] = {}
-
-    def depth_of(step: str) -> int:  # the longest chain of dependencies before *step* (a DAG: no cycles)
-        if step not in depth:
-            depth[step] = 1 + max((depth_of(d) for d in after.get(step, ())), default=-1)
-        return depth[step]
-
     steps: dict[str, list[JobRecord]] = {}
-    for row in sorted(rows, key=lambda r: (r.created_at, depth_of(r.id), r.id)):
+    for row in dag.in_run_order(rows, edges):
         steps.setdefault(str(row.parent_job_id), []).append(JobRecord.from_row(row))
     return steps
 

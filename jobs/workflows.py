@@ -37,7 +37,7 @@ from sqlalchemy.orm import Session
 
 from settings.environment import Settings, current_settings
 
-from . import admission, dag, db, events, store, transitions
+from . import admission, dag, db, events, read_store, store, transitions
 from .admission_store import STEPS
 from .dag import REUSED_KEY, STEP_KEY
 from .enqueue import candidate, insert, new_job_row, request_digest, retry_key
@@ -454,14 +454,16 @@ def extend_workflow(
 
 
 def workflow_steps(engine: Engine, parent_id: str, *, owner_id: str, is_admin: bool = False) -> list[JobRecord]:
-    """The steps of a workflow, in creation order.
+    """The steps of a workflow, in creation order (steps created together in the order they run).
 
     Raises:
       JobNotFound: No such workflow, or another owner's.
     """
     with db.read(engine) as conn:
         _visible_parent(conn, parent_id, owner_id, is_admin)
-        return [JobRecord.from_row(c) for c in store.job_children(conn, parent_id)]
+        children = store.job_children(conn, parent_id)
+        edges = read_store.step_edges(conn, [c.id for c in children])
+    return [JobRecord.from_row(c) for c in dag.in_run_order(children, edges)]
 
 
 def _visible_parent(conn: Any, parent_id: str, owner_id: str, is_admin: bool) -> store.JobRow:

@@ -85,12 +85,13 @@ def test_a_concurrency_limit_admits_up_to_its_limit_and_the_next_one_as_each_sto
     second = messages.deliver_next()
     assert first is not None and second is not None and first[1] is not None and second[1] is not None
     assert jobs.get_job(env.engine, ids[2], owner_id="u1").waiting["running"] == 2  # type: ignore[index]
-    # When one stops running, exactly one waiting job gets its message.
+    # When one stops running, exactly one waiting job gets its message (any of them: they were submitted
+    # in the same millisecond).
     env.mw.runner(first[1])
-    assert env.row(ids[2]).held is None and env.row(ids[3]).held == "concurrency"
-    assert ids[2] in messages.job_ids()
+    admitted = [i for i in ids[2:] if env.row(i).held is None]
+    assert len(admitted) == 1 and admitted[0] in messages.job_ids()
     env.mw.runner(second[1])
-    assert env.row(ids[3]).held is None and env.row(ids[4]).held == "concurrency"
+    assert sum(env.row(i).held is None for i in ids[2:]) == 2
 
 
 def test_a_cancelled_admitted_job_gives_its_place_to_a_waiting_one(env: JobEnv) -> None:
@@ -140,17 +141,17 @@ def test_a_rate_limit_starts_at_most_its_starts_per_period_without_polling(env: 
     ids = [env.submit("rated").id for _ in range(5)]
     messages = Messages(env)
     assert [env.row(i).held for i in ids] == [None, None, "rate", "rate", "rate"]
-    started: list[tuple[str, int]] = []
+    started: list[str] = []
 
     def deliver_all() -> None:
         while (found := messages.deliver_next()) is not None:
             job_id, ctx = found
             if ctx is not None:
-                started.append((job_id, jobs.store.now_ms()))
+                started.append(job_id)
                 env.mw.runner(ctx)
 
     deliver_all()
-    assert [j for j, _ in started] == ids[:2]
+    assert started == ids[:2]
     # The two starts fill the period: one waiting job is admitted delayed until a start leaves it,
     # the others wait without a message.
     assert sorted(env.row(i).held or "" for i in ids[2:]) == ["", "rate", "rate"]
@@ -158,10 +159,10 @@ def test_a_rate_limit_starts_at_most_its_starts_per_period_without_polling(env: 
     while len(started) < 5 and time.monotonic() < deadline:
         time.sleep(0.05)
         deliver_all()
-    assert sorted(j for j, _ in started) == sorted(ids)
-    times = [t for _, t in started]
-    # Never more than 2 starts in any 1-second window.
-    assert all(times[i + 2] - times[i] >= 1000 for i in range(len(times) - 2))
+    assert sorted(started) == sorted(ids)
+    # Never more than 2 starts in any 1-second window (the starts the database recorded).
+    times = sorted(env.row(i).started_at or 0 for i in ids)
+    assert all(times[i + 2] - times[i] >= 1000 for i in range(len(times) - 2)), times
 
 
 def _drain_in_order(env: JobEnv, messages: Messages, limit: int) -> list[str]:
