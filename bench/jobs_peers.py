@@ -168,6 +168,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{s.name:<20} {s.group:<15} {s.label}")
         return 0
     systems = select(args.systems)
+    # Handled here, even where the shell started this in the background with SIGINT ignored: an ignored signal
+    # stays ignored in every program started from here, and RQ's worker pool stops its workers with SIGINT.
+    signal.signal(signal.SIGINT, _interrupt)
     signal.signal(signal.SIGTERM, _interrupt)
     run_id = uuid.uuid4().hex[:8]
     keep = args.workdir is not None
@@ -196,9 +199,13 @@ def main(argv: list[str] | None = None) -> int:
         "rounds": [],
         "interrupted": False,
     }
-    try:
-        for s in systems:
+    for s in systems:
+        try:
             s.prepare(workdir / "setup.log")
+        except Exception as e:
+            print(f"set-up of {s.name} failed: {e}; see {workdir / 'setup.log'}", file=sys.stderr)
+            return 1
+    try:
         doc["versions"] = versions(systems)
         log(f"run {run_id}: {len(systems)} systems, n={args.n}, {args.rounds} rounds; workdir {workdir}")
         for index in range(1, args.rounds + 1):

@@ -1,7 +1,7 @@
 """huey with its SQLite storage in :mod:`bench.jobs_peers`.
 
 Each round: a fresh SQLite file in the round's directory (huey creates its tables); per drain, one
-``huey_consumer bench.peers.apps.huey_app.huey -w 8 -k thread`` per worker process (polling at huey's default
+``huey_consumer bench.peers.apps.huey_app.huey -w 8 -k thread -q`` per worker process (polling at huey's default
 intervals). Completion is the task's result row in ``kv`` (the job returns 1: huey records nothing for a task
 that returns None); tasks still in ``task`` or ``schedule`` count against the check.
 """
@@ -25,7 +25,7 @@ class HueyDeployment(Deployment):
         self.store = StoreReader(f"sqlite:///{path}")
 
     def worker_commands(self, processes: int, threads: int) -> list[list[str]]:
-        cmd = [venv_bin("huey_consumer"), "bench.peers.apps.huey_app.huey", "-w", str(threads), "-k", "thread"]
+        cmd = [venv_bin("huey_consumer"), "bench.peers.apps.huey_app.huey", "-w", str(threads), "-k", "thread", "-q"]
         return [cmd for _ in range(processes)]
 
     def counts(self) -> Counts:

@@ -19,6 +19,8 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+from bench import broker_bench
+
 from . import services
 from .processes import run_tool
 from .system import VAR_DIR, Counts, Deployment, RoundContext, StoreReader, System, base_env
@@ -97,8 +99,10 @@ class Oban(System):
         python = VENV / "bin" / "python"
         if python.exists() and subprocess.run([str(python), "-c", "import oban"], capture_output=True).returncode == 0:
             return
+        python_for_venv = find_python()
+        broker_bench.log(f"oban: making {VENV} with {python_for_venv} and installing {REQUIREMENT!r} (once)")
         with open(log, "ab") as out:
-            subprocess.run([find_python(), "-m", "venv", "--clear", str(VENV)], check=True, stdout=out, stderr=out)
+            subprocess.run([python_for_venv, "-m", "venv", "--clear", str(VENV)], check=True, stdout=out, stderr=out)
             subprocess.run([str(python), "-m", "pip", "install", "-q", REQUIREMENT], check=True, stdout=out, stderr=out)
 
     @contextlib.contextmanager

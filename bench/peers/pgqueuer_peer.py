@@ -1,8 +1,9 @@
 """pgqueuer (PostgreSQL) in :mod:`bench.jobs_peers`.
 
 Each round: a fresh database, ``pgq install``; per drain, one ``pgq run
-bench.peers.apps.pgqueuer_app:create_pgqueuer --max-concurrent-tasks 8`` per worker process (pgqueuer's other
-options at their defaults: batches of 10, LISTEN/NOTIFY wake-ups). pgqueuer deletes a finished job from its queue
+bench.peers.apps.pgqueuer_app:create_pgqueuer --max-concurrent-tasks 8 --batch-size 4 --log-level WARNING`` per
+worker process (pgqueuer wants at least twice the batch size in concurrent tasks; its other options at their
+defaults, e.g. LISTEN/NOTIFY wake-ups). pgqueuer deletes a finished job from its queue
 table and logs it: completion is a ``successful`` row in ``pgqueuer_log``; whatever is still in ``pgqueuer``
 (queued, picked) or logged with another final status counts against the check.
 """
@@ -34,6 +35,10 @@ class PgqueuerDeployment(Deployment):
             "bench.peers.apps.pgqueuer_app:create_pgqueuer",
             "--max-concurrent-tasks",
             str(threads),
+            "--batch-size",
+            str(threads // 2),
+            "--log-level",
+            "WARNING",
         ]
         return [cmd for _ in range(processes)]
 

@@ -102,6 +102,7 @@ def drain(phase: Phase, processes: int, n: int, done_before: int) -> dict[str, A
     ledger = LedgerReader(phase.rc.workdir / f"ledger-{processes}x{THREADS}")
     ready = phase.deployment.workers_started(processes, THREADS)
     timeout_s = max(120.0, n / 20)
+    t_launch = time.time()
     launched = phase.start_workers(processes, ledger)
     check = _all_running(launched)
     try:
@@ -111,6 +112,7 @@ def drain(phase: Phase, processes: int, n: int, done_before: int) -> dict[str, A
         t_done = phase.wait_store(done_before + n, timeout_s, check)
     finally:
         stop_all(launched)
+    t_stopped = time.time()
     counts = phase.checked(done_before + n, f"drain {processes}x{THREADS}")
     starts = [start for start, _ in ledger.records()]
     return {
@@ -119,6 +121,8 @@ def drain(phase: Phase, processes: int, n: int, done_before: int) -> dict[str, A
         "seconds_to_last_start": max(starts) - t0,
         "started": len(starts),
         "workers": ledger.workers_ready(),
+        "boot_seconds": t0 - t_launch,
+        "stop_seconds": t_stopped - t_done,
         "done": counts.done,
     }
 

@@ -1,7 +1,8 @@
 """procrastinate (PostgreSQL) in :mod:`bench.jobs_peers`.
 
 Each round: a fresh database, ``procrastinate schema --apply``; per drain, one ``procrastinate
---app=bench.peers.apps.procrastinate_app.app worker --concurrency 8 --queues <queue>`` per worker process;
+--app=bench.peers.apps.procrastinate_app.app --log-level warning worker --concurrency 8 --queues <queue>`` per worker
+process (listening for NOTIFY, its default);
 completion is a ``succeeded`` row in ``procrastinate_jobs`` (the worker keeps finished jobs by default).
 """
 
@@ -26,7 +27,8 @@ class ProcrastinateDeployment(Deployment):
         self.queue = queue
 
     def worker_commands(self, processes: int, threads: int) -> list[list[str]]:
-        cmd = [venv_bin("procrastinate"), APP, "worker", "--concurrency", str(threads), "--queues", self.queue]
+        cmd = [venv_bin("procrastinate"), APP, "--log-level", "warning", "worker", "--concurrency", str(threads)]
+        cmd += ["--queues", self.queue]
         return [cmd for _ in range(processes)]
 
     def counts(self) -> Counts:

@@ -2,7 +2,7 @@
 default ``Worker`` (a forked work-horse per job).
 
 An RQ worker runs one job at a time, so "8 threads" is RQ's own pool of 8 worker processes: one ``rq worker-pool
--w <class> -n 8 -u <redis> <queue>`` per "worker process" of the other systems (2 × 8 = two pools, 16 RQ
+-w <class> -n 8 -u <redis> -l WARNING <queue>`` per "worker process" of the other systems (2 × 8 = two pools, 16 RQ
 workers). The gate waits for all of them to hold a job. Completion: the job in RQ's ``FinishedJobRegistry``;
 the queue, the started and the failed registries must be empty.
 """
@@ -32,6 +32,7 @@ class RqDeployment(Deployment):
 
     def worker_commands(self, processes: int, threads: int) -> list[list[str]]:
         cmd = [venv_bin("rq"), "worker-pool", "-w", self.worker_class, "-n", str(threads), "-u", self.url]
+        cmd += ["-l", "WARNING"]
         return [[*cmd, self.queue_name] for _ in range(processes)]
 
     def workers_started(self, processes: int, threads: int) -> int:
