@@ -134,7 +134,7 @@ def versions(systems: list[System]) -> dict[str, str]:
     if any(s.name == "oban" for s in systems):
         probe = "import importlib.metadata as m, sys; print(m.version('oban'), sys.version.split()[0])"
         got = subprocess.run([str(OBAN_VENV / "bin" / "python"), "-c", probe], capture_output=True, text=True)
-        out["oban"] = got.stdout.strip() or "?"
+        out["oban"], _, out["oban_python"] = got.stdout.strip().partition(" ")
     return out
 
 
@@ -226,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(report.render(doc["summary"], lines, args.rounds, args.markdown))
     if failed:
-        print(f"\n{len(failed)} round(s) FAILED their checks (scratch kept: {workdir}):")
+        print(f"\n{len(failed)} round(s) FAILED (scratch kept: {workdir}):")
         for r in failed:
             print(f"  round {r['round']} {r['system']}: {r['error']}")
     print(f"\nload average start {doc['load_start']} end {doc['load_end']}; took {doc['seconds']:.0f} s")
