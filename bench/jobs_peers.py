@@ -67,6 +67,8 @@ SYSTEMS: tuple[System, ...] = (
     Procrastinate(),
     RQ_FORK,
 )
+#: The smallest N: every worker process of a 2 × 8 drain (RQ: 16 of them) must get a job before the gate opens.
+MIN_N = 100
 PACKAGES = ("dramatiq", "procrastinate", "pgqueuer", "celery", "kombu", "rq", "huey", "redis", "psycopg", "pika")
 
 
@@ -141,7 +143,7 @@ def versions(systems: list[System]) -> dict[str, str]:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.jobs_peers", description=__doc__.split("\n")[0])
     p.add_argument("--systems", default=None, help="comma-separated names (see --list), or tenure / peers")
-    p.add_argument("--n", type=int, default=None, help="jobs per drain (default 10000; quick 1000)")
+    p.add_argument("--n", type=int, default=None, help=f"jobs per drain (default 10000; quick 1000; >= {MIN_N})")
     p.add_argument("--rounds", type=int, default=None, help="rounds (default 3; quick 1)")
     p.add_argument("--latency-rate", type=float, default=100.0, help="jobs/s of the latency phase (default 100)")
     p.add_argument("--latency-seconds", type=float, default=None, help="its length (default 10 s; quick 3 s)")
@@ -153,6 +155,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     args.n = args.n or (1_000 if args.quick else 10_000)
     args.rounds = args.rounds or (1 if args.quick else 3)
+    if args.n < MIN_N:
+        # Below that, one worker process may fetch every job before another holds one, and the gate never opens.
+        p.error(f"--n must be at least {MIN_N}")
+    if args.rounds < 1:
+        p.error("--rounds must be at least 1")
     args.latency_seconds = args.latency_seconds or (3.0 if args.quick else 10.0)
     return args
 
