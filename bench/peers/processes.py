@@ -18,6 +18,9 @@ from pathlib import Path
 from bench.procs import REPO, alive, children_of
 
 RUN_ENV = "BENCH_PEERS_RUN"
+#: How long a stopped command gets to exit after SIGTERM before it is killed. Every job is done by then, and most
+#: workers exit within 1-3 s; an RQ worker pool sometimes does not exit on SIGTERM at all (not investigated).
+STOP_TIMEOUT_S = 10.0
 
 
 def descendants(pid: int) -> list[int]:
@@ -64,7 +67,7 @@ class Launched:
     def note_children(self) -> None:
         self._known.update(descendants(self.proc.pid))
 
-    def stop(self, timeout_s: float = 20.0, *, signalled: bool = False) -> None:
+    def stop(self, timeout_s: float = STOP_TIMEOUT_S, *, signalled: bool = False) -> None:
         """SIGTERM the command (unless *signalled* already); SIGKILL it after *timeout_s*, then any of its known
         descendants still alive 5 s later."""
         self.note_children()
@@ -79,7 +82,7 @@ class Launched:
         self._log.close()
 
 
-def stop_all(launched: list[Launched], timeout_s: float = 20.0) -> None:
+def stop_all(launched: list[Launched], timeout_s: float = STOP_TIMEOUT_S) -> None:
     """SIGTERM every command at once (they shut down side by side), then wait for each as :meth:`Launched.stop`."""
     for p in launched:
         p.note_children()
