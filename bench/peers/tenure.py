@@ -40,13 +40,31 @@ class TenureVariant:
     kind_options: Mapping[str, Any] = field(default_factory=dict)
 
 
+#: Fairness is on by default; every variant also declares a per-owner concurrency limit (issue 17 measures
+#: Tenure "with fairness and limits switched on"), one that never binds, so it costs its admission work only.
+LIMITS_ON = {"BENCH_TENURE_OWNER_LIMIT": "1000"}
+
 VARIANTS: tuple[TenureVariant, ...] = (
-    TenureVariant("tenure-sqlite", "Tenure, SQLite (default)", "tenure-default", "{sqlite}", "", relay=False),
     TenureVariant(
-        "tenure-pg-redis", "Tenure, PostgreSQL + Redis", "tenure-fleet", "{postgresql}", "{redis}", relay=True
+        "tenure-sqlite", "Tenure, SQLite (default)", "tenure-default", "{sqlite}", "", relay=False, env=LIMITS_ON
     ),
     TenureVariant(
-        "tenure-pg-rabbitmq", "Tenure, PostgreSQL + RabbitMQ", "tenure-fleet", "{postgresql}", "{amqp}", relay=True
+        "tenure-pg-redis",
+        "Tenure, PostgreSQL + Redis",
+        "tenure-fleet",
+        "{postgresql}",
+        "{redis}",
+        relay=True,
+        env=LIMITS_ON,
+    ),
+    TenureVariant(
+        "tenure-pg-rabbitmq",
+        "Tenure, PostgreSQL + RabbitMQ",
+        "tenure-fleet",
+        "{postgresql}",
+        "{amqp}",
+        relay=True,
+        env=LIMITS_ON,
     ),
 )
 

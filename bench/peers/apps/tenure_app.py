@@ -7,7 +7,9 @@ this module has declared the benchmark's kind in the job registry first, so the 
 
 * ``BENCH_PEERS_QUEUE``: the kind's queue (unique per benchmark run: RabbitMQ queues outlive a process);
 * ``BENCH_TENURE_KIND_OPTIONS``: a JSON object of extra :meth:`jobs.Registry.kind` options, from the Tenure
-  variant being measured (:mod:`bench.peers.tenure`).
+  variant being measured (:mod:`bench.peers.tenure`);
+* ``BENCH_TENURE_OWNER_LIMIT``: declare a concurrency limit per owner of this many running jobs (a limit
+  that never binds at 8 or 16 threads, so its admission work is measured, not its waiting).
 
 The producer (:func:`open_producer`) composes itself as the web app does and calls :func:`jobs.submit`.
 """
@@ -19,6 +21,7 @@ import os
 
 import jobs
 import tasks
+from jobs.limits import ConcurrencyLimit
 from bench.peers.ledger import started
 
 QUEUE = os.environ.get("BENCH_PEERS_QUEUE", "bench_peers")
@@ -31,9 +34,10 @@ def bench_peers_noop(ctx: jobs.JobContext, stamp: float = 0.0) -> None:
     started(stamp)
 
 
-jobs.registry.kind(
-    KIND, queue=QUEUE, safe_to_rerun=True, **json.loads(os.environ.get("BENCH_TENURE_KIND_OPTIONS") or "{}")
-)(bench_peers_noop)
+_options = json.loads(os.environ.get("BENCH_TENURE_KIND_OPTIONS") or "{}")
+if os.environ.get("BENCH_TENURE_OWNER_LIMIT"):
+    _options["concurrency"] = ConcurrencyLimit("bench.owner", limit=int(os.environ["BENCH_TENURE_OWNER_LIMIT"]))
+jobs.registry.kind(KIND, queue=QUEUE, safe_to_rerun=True, **_options)(bench_peers_noop)
 
 
 def compose() -> None:
