@@ -21,8 +21,8 @@ import os
 
 import jobs
 import tasks
-from jobs.limits import ConcurrencyLimit
 from bench.peers.ledger import started
+from jobs.limits import ConcurrencyLimit
 
 QUEUE = os.environ.get("BENCH_PEERS_QUEUE", "bench_peers")
 KIND = "bench_peers_noop"
