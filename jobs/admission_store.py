@@ -116,10 +116,13 @@ def held_next(conn: Conn, held: str, on: str, owner_id: str, limit: int, after: 
             "(created_at > :c OR (created_at = :c AND id > :i))))))"
         )
         params.update(p=after.priority, r=after.run_after, c=after.created_at, i=after.id)
+    # On PostgreSQL, rows another transaction is admitting are skipped, not waited for: two workers
+    # refilling a window at once admit different jobs instead of queueing on the same rows.
+    lock = " FOR UPDATE SKIP LOCKED" if _postgres(conn) else ""
     rows = _exec(
         conn,
         f"SELECT {_HELD_COLUMNS} FROM jobs WHERE held = :held AND held_on = :on AND owner_id = :owner{page} "
-        "ORDER BY priority DESC, run_after, created_at, id LIMIT :limit",
+        f"ORDER BY priority DESC, run_after, created_at, id LIMIT :limit{lock}",
         params,
     ).fetchall()
     return [HeldJob(*r) for r in rows]

@@ -5,7 +5,8 @@
   not held up behind its backlog.
 - After a SIGKILL of the worker running a key's jobs, the key's full limit is usable again once their
   leases expired, and never exceeded meanwhile.
-- Fair share: owner A queues 5,000 jobs, then owner B submits 50; all of B's start before A's 500th later one.
+- Fair share (SQLite): owner A queues 5,000 jobs, then owner B submits 50; all of B's start before A's 500th
+  later one.
 """
 
 from __future__ import annotations
@@ -126,9 +127,10 @@ def test_a_sigkilled_workers_slots_come_back_when_their_leases_expire(backend: s
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_a_newcomers_jobs_start_before_the_floods_500th_later_job(backend: str, tmp_path: Path) -> None:
-    with deployment(backend, tmp_path) as d, client(d) as c:
+def test_a_newcomers_jobs_start_before_the_floods_500th_later_job(tmp_path: Path) -> None:
+    # One deployment: the rotation is the same code on both (the window's refills on PostgreSQL are
+    # checked by the limit tests above, which pass through the same admission).
+    with deployment("sqlite", tmp_path) as d, client(d) as c:
         d.start_relay()
         workers = d.start_worker(threads=8, processes=2)
         d.wait_ready(workers)
