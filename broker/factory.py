@@ -1,6 +1,6 @@
 """Choose a Dramatiq broker from a URL: the SQLite default, Redis (Dramatiq's broker plus a heartbeat
-thread, :mod:`broker.redis_heartbeat`, and wake-ups, :mod:`broker.redis_wakeup`) or RabbitMQ (Dramatiq's broker stamping publish times,
-:mod:`broker.rabbitmq`)."""
+thread, :mod:`broker.redis_heartbeat`, and wake-ups, :mod:`broker.redis_wakeup`) or RabbitMQ (Dramatiq's
+broker stamping publish times, :mod:`broker.rabbitmq`)."""
 
 from __future__ import annotations
 
