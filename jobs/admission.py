@@ -49,6 +49,8 @@ logger = logging.getLogger(__name__)
 MAX_OWNERS = 1000
 #: Waiting jobs read per owner at a time while picking.
 PAGE = 16
+#: A claim refills its queue's window once an eighth of it is free (its queries then serve several claims).
+REFILL_PARTS = 8
 #: At most so many jobs admitted by one release or refill that has no limit to respect (fair share just
 #: switched off, a limit no kind declares any more); the sweep admits the rest.
 UNBOUNDED_BATCH = 500
@@ -63,19 +65,26 @@ class Verdict:
     delay_ms: int = 0
 
 
-def verdict(tx: Tx, job: HeldJob, *, now: int, delay_ms: int, rules: Policy, fair: bool = True) -> Verdict:
+def verdict(
+    tx: Tx, job: HeldJob, *, now: int, delay_ms: int, rules: Policy, fair: bool = True, counted: bool = False
+) -> Verdict:
     """Whether *job* may have its message now, counting every other job (never itself).
 
-    *fair*: apply the queue's fair-share window (False when the window itself is admitting it)."""
+    *fair*: apply the queue's fair-share window (False when the window itself is admitting it).
+    *counted*: the job's row is queued and not waiting (requeued, recovered, run now), so the counts of
+    admitted jobs include it: it is taken off them."""
     conn = tx.conn
     due = delay_ms <= 0
+    # Whether the job's own row is in the counts of admitted jobs that are due, and in those of all.
+    self_due = int(counted and job.run_after <= now)
+    self_any = int(counted)
     key = job.concurrency_key
     if key is not None and due:
         limit = rules.concurrency_limit(key)
         if limit is not None:
             store.lock_key(conn, key)
-            running, admitted = store.key_active(conn, key, now, job.id)
-            if running + admitted >= limit:
+            running, admitted = store.key_active(conn, key, now)
+            if running + admitted - self_due >= limit:
                 return Verdict(CONCURRENCY, key)
     rate_key = job.rate_key
     if rate_key is not None:
@@ -84,7 +93,7 @@ def verdict(tx: Tx, job: HeldJob, *, now: int, delay_ms: int, rules: Policy, fai
             starts, period_ms = rate
             store.lock_key(conn, rate_key)
             recent = store.rate_starts_since(conn, rate_key, now - period_ms)
-            admitted = store.rate_admitted(conn, rate_key, job.id)
+            admitted = store.rate_admitted(conn, rate_key) - self_any
             if len(recent) + admitted >= starts:
                 if admitted:
                     return Verdict(RATE, rate_key)
@@ -98,7 +107,7 @@ def verdict(tx: Tx, job: HeldJob, *, now: int, delay_ms: int, rules: Policy, fai
         window = rules.window
         if (
             store.held_exists(conn, QUEUE, queue)
-            or store.queue_admitted_due(conn, queue, now, window, job.id) >= window
+            or store.queue_admitted_due(conn, queue, now, window + self_due) - self_due >= window
         ):
             return Verdict(QUEUE, queue)
     return Verdict(delay_ms=max(0, delay_ms))
@@ -118,7 +127,8 @@ def admit(
     """Give queued *job*, which has no message (requeued, recovered, a workflow step whose dependencies
     succeeded, a waiting job whose turn may have come), its message now, or make it wait. True when its
     message was written. *waiting*: what the job waits on now (None: it does not wait)."""
-    decided = verdict(tx, job, now=now, delay_ms=delay_ms, rules=rules or policy(tx.conn), fair=fair)
+    rules = rules or policy(tx.conn)
+    decided = verdict(tx, job, now=now, delay_ms=delay_ms, rules=rules, fair=fair, counted=waiting is None)
     if decided.held is None:
         if waiting is not None and not store.unhold(tx.conn, job.id, now):
             return False  # no longer waiting: cancelled, or admitted by another transaction
@@ -168,7 +178,8 @@ def after_claims(tx: Tx, queues: Iterable[str], rate_keys: Iterable[str], *, now
     for queue in set(queues):
         if store.held_exists(tx.conn, QUEUE, queue):
             rules = rules or policy(tx.conn)
-            _refill(tx, queue, now, rules)
+            # In chunks of an eighth of the window: one refill's queries serve several claims.
+            _refill(tx, queue, now, rules, least=rules.window // REFILL_PARTS)
     for rate_key in set(rate_keys):
         rules = rules or policy(tx.conn)
         _wake_rate(tx, rate_key, now, rules)
@@ -344,16 +355,25 @@ def publish(tx: Tx, job: HeldJob, delay_ms: int, now: int, broker: Any = None) -
     )
 
 
-def _refill(tx: Tx, queue: str, now: int, rules: Policy) -> None:
+def _refill(tx: Tx, queue: str, now: int, rules: Policy, *, least: int = 1) -> None:
+    """Admit waiting jobs of *queue* into the free places of its window, if at least *least* are free."""
     conn = tx.conn
     if rules.fair_share:
         free = rules.window - store.queue_admitted_due(conn, queue, now, rules.window)
     else:
         free = UNBOUNDED_BATCH
-    if free <= 0:
+    if free < max(1, least):
         return
-    for job in _pick(tx, QUEUE, queue, free, rules, store.queue_inflight):
-        admit(tx, job, now=now, delay_ms=job.run_after - now, rules=rules, fair=False, waiting=(QUEUE, queue))
+    picked = _pick(tx, QUEUE, queue, free, rules, store.queue_inflight)
+    # A job without limits goes as soon as the window has room for it: those are admitted in one statement.
+    plain = [job for job in picked if job.concurrency_key is None and job.rate_key is None]
+    unheld = store.unhold_many(conn, QUEUE, queue, [job.id for job in plain], now)
+    for job in plain:  # in the order picked: the broker delivers them first in, first out
+        if job.id in unheld:
+            publish(tx, job, max(0, job.run_after - now), now)
+    for job in picked:
+        if job.concurrency_key is not None or job.rate_key is not None:
+            admit(tx, job, now=now, delay_ms=job.run_after - now, rules=rules, fair=False, waiting=(QUEUE, queue))
 
 
 def _release_key(tx: Tx, key: str, now: int, rules: Policy) -> None:

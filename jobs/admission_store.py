@@ -1,8 +1,11 @@
 """The SQL of admission (:mod:`jobs.admission`): held jobs, what keys and queues have in flight, rate starts.
 
 Every query reads one of revision 0019's partial indexes (``ix_jobs_held``, ``ix_jobs_inflight``,
-``ix_jobs_concurrency_active``, ``ix_jobs_rate_admitted``, ``ix_rate_starts_key_started_at``), so its cost
-is bounded by what is held, admitted or running, never by the size of the job table. Callers pass the
+``ix_jobs_concurrency_active``, ``ix_jobs_rate_active``, ``ix_rate_starts_key_started_at``), so its cost
+is bounded by what is held, admitted or running, never by the size of the job table. (On SQLite a query
+repeats its index's ``status IN ('queued', 'running')`` so the planner may use the partial index, and
+writes its own status test as ``+status``: a plain one makes SQLite, without statistics, prefer the
+status index and read every queued job.) Callers pass the
 connection of their transaction (a SQLAlchemy connection, or the raw sqlite3 connection of the claim
 path); :func:`lock_key` serialises the writers of one key on PostgreSQL, where SQLite's single writer
 already does.
@@ -27,6 +30,8 @@ RATE = "rate"
 STEPS = "steps"
 
 Conn = Connection | sqlite3.Connection
+#: The partial indexes' condition on live jobs, repeated by their queries (see the module docstring).
+_ACTIVE = "status IN ('queued', 'running')"
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +86,21 @@ def unhold(conn: Conn, job_id: str, now: int) -> bool:
         {"id": job_id, "now": now},
     )
     return bool(cur.rowcount)
+
+
+def unhold_many(conn: Conn, held: str, on: str, job_ids: Sequence[str], now: int) -> set[str]:
+    """:func:`unhold` of several jobs waiting on *on* in one statement; the ids that were unheld."""
+    if not job_ids:
+        return set()
+    marks = ", ".join(f":i{n}" for n in range(len(job_ids)))
+    rows = _exec(
+        conn,
+        "UPDATE jobs SET held = NULL, held_on = NULL, updated_at = :now "
+        # ``+held``: by id, not by a range of every held job of the queue (SQLite's planner would pick that).
+        f"WHERE id IN ({marks}) AND +held = :held AND +held_on = :on RETURNING id",
+        {"now": now, "held": held, "on": on, **{f"i{n}": job_id for n, job_id in enumerate(job_ids)}},
+    ).fetchall()
+    return {r[0] for r in rows}
 
 
 def held_exists(conn: Conn, held: str, on: str) -> bool:
@@ -164,13 +184,14 @@ def rate_starts_by_key(conn: Conn, since: int) -> list[tuple[str, int]]:
 
 
 # -- what queues and keys have in flight ---------------------------------------------------------------
-def queue_admitted_due(conn: Conn, queue: str, now: int, cap: int, exclude: str = "") -> int:
-    """Admitted jobs of *queue* (but *exclude*) that may start now (their messages are ready), up to *cap*."""
+def queue_admitted_due(conn: Conn, queue: str, now: int, cap: int) -> int:
+    """Admitted jobs of *queue* that may start now (their messages are ready), counted up to *cap* (from
+    the index alone)."""
     row = _exec(
         conn,
-        "SELECT count(*) FROM (SELECT 1 FROM jobs WHERE queue_name = :q AND held IS NULL AND status = 'queued' "
-        "AND run_after <= :now AND id <> :x LIMIT :cap) AS due",
-        {"q": queue, "now": now, "cap": cap, "x": exclude},
+        "SELECT count(*) FROM (SELECT 1 FROM jobs WHERE queue_name = :q AND held IS NULL "
+        f"AND {_ACTIVE} AND +status = 'queued' AND run_after <= :now LIMIT :cap) AS due",
+        {"q": queue, "now": now, "cap": cap},
     ).fetchone()
     return int(row[0])
 
@@ -180,7 +201,7 @@ def queue_inflight(conn: Conn, queue: str, owners: Sequence[str]) -> dict[str, i
     return _grouped(
         conn,
         "SELECT owner_id, count(*) FROM jobs WHERE queue_name = :on AND owner_id IN :owners "
-        "AND held IS NULL AND status IN ('queued', 'running') GROUP BY owner_id",
+        f"AND held IS NULL AND {_ACTIVE} GROUP BY owner_id",
         queue,
         owners,
     )
@@ -191,7 +212,7 @@ def key_inflight(conn: Conn, key: str, owners: Sequence[str]) -> dict[str, int]:
     return _grouped(
         conn,
         "SELECT owner_id, count(*) FROM jobs WHERE concurrency_key = :on AND owner_id IN :owners "
-        "AND held IS NULL AND status IN ('queued', 'running') GROUP BY owner_id",
+        f"AND held IS NULL AND {_ACTIVE} GROUP BY owner_id",
         key,
         owners,
     )
@@ -202,7 +223,7 @@ def rate_key_admitted_by_owner(conn: Conn, key: str, owners: Sequence[str]) -> d
     return _grouped(
         conn,
         "SELECT owner_id, count(*) FROM jobs WHERE rate_key = :on AND owner_id IN :owners "
-        "AND held IS NULL AND status = 'queued' GROUP BY owner_id",
+        f"AND held IS NULL AND {_ACTIVE} AND +status = 'queued' GROUP BY owner_id",
         key,
         owners,
     )
@@ -223,14 +244,14 @@ def _grouped(conn: Conn, sql: str, on: str, owners: Sequence[str]) -> dict[str, 
     return {r[0]: int(r[1]) for r in rows}
 
 
-def key_active(conn: Conn, key: str, now: int, exclude: str = "") -> tuple[int, int]:
-    """``(running, admitted and due)`` jobs of concurrency key *key*, but *exclude*."""
+def key_active(conn: Conn, key: str, now: int) -> tuple[int, int]:
+    """``(running, admitted and due)`` jobs of concurrency key *key*."""
     row = _exec(
         conn,
         "SELECT coalesce(sum(CASE WHEN status = 'running' THEN 1 ELSE 0 END), 0), "
         "coalesce(sum(CASE WHEN status = 'queued' AND run_after <= :now THEN 1 ELSE 0 END), 0) "
-        "FROM jobs WHERE concurrency_key = :key AND held IS NULL AND status IN ('queued', 'running') AND id <> :x",
-        {"key": key, "now": now, "x": exclude},
+        f"FROM jobs WHERE concurrency_key = :key AND held IS NULL AND {_ACTIVE}",
+        {"key": key, "now": now},
     ).fetchone()
     return int(row[0]), int(row[1])
 
@@ -238,18 +259,19 @@ def key_active(conn: Conn, key: str, now: int, exclude: str = "") -> tuple[int, 
 def key_running(conn: Conn, key: str) -> int:
     row = _exec(
         conn,
-        "SELECT count(*) FROM jobs WHERE concurrency_key = :key AND held IS NULL AND status = 'running'",
+        f"SELECT count(*) FROM jobs WHERE concurrency_key = :key AND held IS NULL AND {_ACTIVE} "
+        "AND +status = 'running'",
         {"key": key},
     ).fetchone()
     return int(row[0])
 
 
-def rate_admitted(conn: Conn, key: str, exclude: str = "") -> int:
-    """Admitted (not yet started) jobs of rate key *key*, but *exclude*."""
+def rate_admitted(conn: Conn, key: str) -> int:
+    """Admitted (not yet started) jobs of rate key *key*."""
     row = _exec(
         conn,
-        "SELECT count(*) FROM jobs WHERE rate_key = :key AND held IS NULL AND status = 'queued' AND id <> :x",
-        {"key": key, "x": exclude},
+        f"SELECT count(*) FROM jobs WHERE rate_key = :key AND held IS NULL AND {_ACTIVE} AND +status = 'queued'",
+        {"key": key},
     ).fetchone()
     return int(row[0])
 

@@ -149,13 +149,15 @@ class Job(Base):
             postgresql_where=text("completed_at IS NOT NULL"),
         ),
         # Admission (revision 0019): admitted and running jobs per queue and owner, and per key. Partial:
-        # finished jobs are in none of them. (Held jobs' index, ix_jobs_held, follows the class.)
+        # finished jobs are in none of them. ``held`` (always NULL in them) makes SQLite read them alone,
+        # without the table. (Held jobs' index, ix_jobs_held, follows the class.)
         Index(
             "ix_jobs_inflight",
             "queue_name",
             "owner_id",
             "status",
             "run_after",
+            "held",
             sqlite_where=text("held IS NULL AND status IN ('queued', 'running')"),
             postgresql_where=text("held IS NULL AND status IN ('queued', 'running')"),
         ),
@@ -165,15 +167,18 @@ class Job(Base):
             "owner_id",
             "status",
             "run_after",
+            "held",
             sqlite_where=text("concurrency_key IS NOT NULL AND held IS NULL AND status IN ('queued', 'running')"),
             postgresql_where=text("concurrency_key IS NOT NULL AND held IS NULL AND status IN ('queued', 'running')"),
         ),
         Index(
-            "ix_jobs_rate_admitted",
+            "ix_jobs_rate_active",
             "rate_key",
             "owner_id",
-            sqlite_where=text("rate_key IS NOT NULL AND held IS NULL AND status = 'queued'"),
-            postgresql_where=text("rate_key IS NOT NULL AND held IS NULL AND status = 'queued'"),
+            "status",
+            "held",
+            sqlite_where=text("rate_key IS NOT NULL AND held IS NULL AND status IN ('queued', 'running')"),
+            postgresql_where=text("rate_key IS NOT NULL AND held IS NULL AND status IN ('queued', 'running')"),
         ),
         # Retention's candidates (revision 0007). Partial: only finished jobs are in it, so claims
         # and other transitions of live jobs never touch it; a job enters it once, when it finishes.

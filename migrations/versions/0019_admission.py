@@ -13,7 +13,7 @@
 Indexes (all partial, so jobs outside them cost nothing): ``ix_jobs_held`` (held jobs in the order
 admission takes them: per owner, priority, then age), ``ix_jobs_inflight`` (admitted and running jobs
 per queue and owner: the window and the fair-share counts), ``ix_jobs_concurrency_active`` and
-``ix_jobs_rate_admitted`` (what a key has running or admitted).
+``ix_jobs_rate_active`` (what a key has running or admitted).
 
 ``rate_starts`` logs the starts of rate-limited jobs (the sliding window a rate limit counts).
 
@@ -64,23 +64,23 @@ def upgrade() -> None:
     op.create_index(
         "ix_jobs_inflight",
         "jobs",
-        ["queue_name", "owner_id", "status", "run_after"],
+        ["queue_name", "owner_id", "status", "run_after", "held"],
         sqlite_where=sa.text(active),
         postgresql_where=sa.text(active),
     )
     op.create_index(
         "ix_jobs_concurrency_active",
         "jobs",
-        ["concurrency_key", "owner_id", "status", "run_after"],
+        ["concurrency_key", "owner_id", "status", "run_after", "held"],
         sqlite_where=sa.text(f"concurrency_key IS NOT NULL AND {active}"),
         postgresql_where=sa.text(f"concurrency_key IS NOT NULL AND {active}"),
     )
     op.create_index(
-        "ix_jobs_rate_admitted",
+        "ix_jobs_rate_active",
         "jobs",
-        ["rate_key", "owner_id"],
-        sqlite_where=sa.text("rate_key IS NOT NULL AND held IS NULL AND status = 'queued'"),
-        postgresql_where=sa.text("rate_key IS NOT NULL AND held IS NULL AND status = 'queued'"),
+        ["rate_key", "owner_id", "status", "held"],
+        sqlite_where=sa.text(f"rate_key IS NOT NULL AND {active}"),
+        postgresql_where=sa.text(f"rate_key IS NOT NULL AND {active}"),
     )
     op.create_table(
         "rate_starts",
@@ -116,7 +116,7 @@ def downgrade() -> None:
     op.execute("UPDATE jobs SET held = NULL, held_on = NULL WHERE held IS NOT NULL")
     op.drop_index("ix_rate_starts_key_started_at", table_name="rate_starts")
     op.drop_table("rate_starts")
-    for name in ("ix_jobs_rate_admitted", "ix_jobs_concurrency_active", "ix_jobs_inflight", "ix_jobs_held"):
+    for name in ("ix_jobs_rate_active", "ix_jobs_concurrency_active", "ix_jobs_inflight", "ix_jobs_held"):
         op.drop_index(name, table_name="jobs")
     if op.get_bind().dialect.name != "sqlite":
         op.drop_constraint("ck_jobs_held_waiting", "jobs", type_="check")
