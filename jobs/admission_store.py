@@ -59,6 +59,11 @@ def _postgres(conn: Conn) -> bool:
     return getattr(getattr(conn, "dialect", None), "name", "sqlite") == "postgresql"
 
 
+def _plus(conn: Conn) -> str:
+    """SQLite's ``+`` before a column, which keeps the planner off that column's indexes (module docstring)."""
+    return "" if _postgres(conn) else "+"
+
+
 def lock_key(conn: Conn, key: str) -> None:
     """Serialise this transaction with every other one admitting, claiming or releasing *key*
     (PostgreSQL: a transaction-scoped advisory lock; SQLite's writer holds the whole file already)."""
@@ -92,12 +97,13 @@ def unhold_many(conn: Conn, held: str, on: str, job_ids: Sequence[str], now: int
     """:func:`unhold` of several jobs waiting on *on* in one statement; the ids that were unheld."""
     if not job_ids:
         return set()
+    plus = _plus(conn)
     marks = ", ".join(f":i{n}" for n in range(len(job_ids)))
     rows = _exec(
         conn,
         "UPDATE jobs SET held = NULL, held_on = NULL, updated_at = :now "
         # ``+held``: by id, not by a range of every held job of the queue (SQLite's planner would pick that).
-        f"WHERE id IN ({marks}) AND +held = :held AND +held_on = :on RETURNING id",
+        f"WHERE id IN ({marks}) AND {plus}held = :held AND {plus}held_on = :on RETURNING id",
         {"now": now, "held": held, "on": on, **{f"i{n}": job_id for n, job_id in enumerate(job_ids)}},
     ).fetchall()
     return {r[0] for r in rows}
@@ -187,10 +193,11 @@ def rate_starts_by_key(conn: Conn, since: int) -> list[tuple[str, int]]:
 def queue_admitted_due(conn: Conn, queue: str, now: int, cap: int) -> int:
     """Admitted jobs of *queue* that may start now (their messages are ready), counted up to *cap* (from
     the index alone)."""
+    plus = _plus(conn)
     row = _exec(
         conn,
         "SELECT count(*) FROM (SELECT 1 FROM jobs WHERE queue_name = :q AND held IS NULL "
-        f"AND {_ACTIVE} AND +status = 'queued' AND run_after <= :now LIMIT :cap) AS due",
+        f"AND {_ACTIVE} AND {plus}status = 'queued' AND run_after <= :now LIMIT :cap) AS due",
         {"q": queue, "now": now, "cap": cap},
     ).fetchone()
     return int(row[0])
@@ -220,10 +227,11 @@ def key_inflight(conn: Conn, key: str, owners: Sequence[str]) -> dict[str, int]:
 
 def rate_key_admitted_by_owner(conn: Conn, key: str, owners: Sequence[str]) -> dict[str, int]:
     """Admitted jobs of rate key *key* per owner among *owners*."""
+    plus = _plus(conn)
     return _grouped(
         conn,
         "SELECT owner_id, count(*) FROM jobs WHERE rate_key = :on AND owner_id IN :owners "
-        f"AND held IS NULL AND {_ACTIVE} AND +status = 'queued' GROUP BY owner_id",
+        f"AND held IS NULL AND {_ACTIVE} AND {plus}status = 'queued' GROUP BY owner_id",
         key,
         owners,
     )
@@ -257,10 +265,11 @@ def key_active(conn: Conn, key: str, now: int) -> tuple[int, int]:
 
 
 def key_running(conn: Conn, key: str) -> int:
+    plus = _plus(conn)
     row = _exec(
         conn,
         f"SELECT count(*) FROM jobs WHERE concurrency_key = :key AND held IS NULL AND {_ACTIVE} "
-        "AND +status = 'running'",
+        f"AND {plus}status = 'running'",
         {"key": key},
     ).fetchone()
     return int(row[0])
@@ -268,9 +277,10 @@ def key_running(conn: Conn, key: str) -> int:
 
 def rate_admitted(conn: Conn, key: str) -> int:
     """Admitted (not yet started) jobs of rate key *key*."""
+    plus = _plus(conn)
     row = _exec(
         conn,
-        f"SELECT count(*) FROM jobs WHERE rate_key = :key AND held IS NULL AND {_ACTIVE} AND +status = 'queued'",
+        f"SELECT count(*) FROM jobs WHERE rate_key = :key AND held IS NULL AND {_ACTIVE} AND {plus}status = 'queued'",
         {"key": key},
     ).fetchone()
     return int(row[0])
