@@ -54,7 +54,8 @@ from settings.environment import Settings
 
 from . import report
 from .broker_bench import THREADS, Config, Target, _fs_type, _git, drain, enqueue_n, loadavg, log, producer
-from .jobs_app import KIND, build_broker, declare_kind
+from .job_worker import build_broker
+from .jobs_app import KIND, declare_kind
 from .procs import REPO
 
 OWNER = "bench"

@@ -47,7 +47,7 @@ def done_count(db: Path, n: int, raw: bool) -> int:
 def send_raw(url: str, n: int) -> None:
     from dramatiq import Message
 
-    from .jobs_app import build_broker
+    from .job_worker import build_broker
     from .jobs_bench import settings_for
     from .steady_app import RAW_QUEUE
 

@@ -10,7 +10,8 @@ import dramatiq
 import jobs
 from settings.environment import Settings, set_current_settings
 
-from .jobs_app import build_broker, declare_kind
+from .job_worker import build_broker
+from .jobs_app import declare_kind
 
 RAW_QUEUE = "tenure_bench_raw"
 
