@@ -5,9 +5,11 @@ the job file, the job middleware, and the start gate and completion ledger in fr
 
 Two no-op kinds on one queue, ``tenure_bench_fair``:
 
-* ``bench_fair_limited`` declares a per-owner concurrency limit, ``bench_fair.owner``, of :data:`OWNER_LIMIT`
-  running jobs: more than a benchmark's owner ever has admitted or running, so it never makes a job wait, but
-  every submit and claim of the kind goes through the limit's bookkeeping (key lock, counts, the claim's re-check);
+* ``bench_fair_limited`` declares a per-owner concurrency limit, ``bench_fair.owner``, of :data:`OWNER_LIMIT`:
+  far more than the 16 worker threads can run, so it never limits how many run, but every submit, claim and
+  completion of the kind goes through the limit's bookkeeping (key lock, counts, the claim's re-check, the
+  release). The limit counts admitted jobs too, so with fair share off an owner's limited jobs beyond 1,000 queued
+  wait for their key and are admitted as others finish; with fair share on, its window admits fewer;
 * ``bench_fair_plain`` declares no limit.
 """
 

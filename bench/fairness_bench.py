@@ -8,8 +8,9 @@ The default deployment: one SQLite file migrated to head (a template made once w
 copied fresh for every measurement, so each starts from the same empty state), the ``SQLiteBroker`` on that file,
 and real ``python -m dramatiq bench.fairness_app --processes 2 --threads 8`` workers. The kinds are
 :mod:`bench.fairness_app`'s no-ops on one queue: ``bench_fair_limited`` (a per-owner concurrency limit of 1,000,
-which never binds here but runs the limit's bookkeeping on every submit and claim) and ``bench_fair_plain`` (no
-limit). Runtime settings are saved with :func:`settings.runtime.put_settings` before the workers start.
+which never limits how many run but runs the limit's bookkeeping on every submit, claim and completion) and
+``bench_fair_plain`` (no limit). Runtime settings are saved with :func:`settings.runtime.put_settings` before the
+workers start.
 
 Each round measures, in this order:
 
@@ -30,9 +31,11 @@ Each round measures, in this order:
    (a gate in front of the job middleware until every process holds a message; N ÷ (gate → last completion
    committed)). **On**: ``fair_share.enabled = true`` (and ``--window``), every other job of the limited kind.
    **Off**: ``fair_share.enabled = false`` and every job of the plain kind (no limit declared): admission still runs
-   its checks (a submit's verdict, a claim's look for waiting jobs) but has nothing to hold. ``--split`` adds
-   "fair share only" (on, all plain) and "limits only" (off, every other job limited). The variants alternate
-   (in order in odd rounds, reversed in even ones); each one's jobs/s ÷ off's, per round.
+   (each submit's verdict, with nothing to count; each claim batch's look for waiting jobs of its queue) but has
+   nothing to hold. ``--split`` adds "fair share only" (on, all plain) and "limits only" (off, every other job
+   limited: with N = 10,000, 1,250 limited jobs per owner, so 250 of each owner's wait for their key, as the limit
+   counts admitted jobs, until others finish). The variants
+   alternate (in order in odd rounds, reversed in even ones); each one's jobs/s ÷ off's, per round.
 
 Afterwards every measurement checks its job rows (every job succeeded, none left waiting). Goals (from issue 17),
 judged on the median of the per-round ratios: B's p99 under flood ≤ 2 × B's p99 idle; throughput on ≥ 0.85 × off.
