@@ -339,8 +339,9 @@ def describe(detail: dict[str, Any]) -> str:
 
 
 # -- internals -------------------------------------------------------------------------------------------
-def publish(tx: Tx, job: HeldJob, delay_ms: int, now: int, broker: Any = None) -> None:
-    """Write the message of admitted *job* (its verdict said go)."""
+def publish(tx: Tx, job: HeldJob, delay_ms: int, now: int, broker: Any = None, *, ahead: bool = False) -> None:
+    """Write the message of admitted *job* (its verdict said go); *ahead*: before the queue's other ready
+    jobs of its priority (its owner is behind its fair share)."""
     publish_in_transaction(
         tx.conn,  # type: ignore[arg-type]
         broker or tx.broker or resolve_broker(None),
@@ -352,6 +353,7 @@ def publish(tx: Tx, job: HeldJob, delay_ms: int, now: int, broker: Any = None) -
         now=now,
         trace_context=job.trace_context,
         limits=(job.concurrency_key, job.rate_key),
+        ahead=ahead,
     )
 
 
@@ -366,13 +368,15 @@ def _refill(tx: Tx, queue: str, now: int, rules: Policy, *, least: int = 1) -> N
         return
     picked = _pick(tx, QUEUE, queue, free, rules, store.queue_inflight)
     # A job without limits goes as soon as the window has room for it: those are admitted in one statement.
-    plain = [job for job in picked if job.concurrency_key is None and job.rate_key is None]
+    plain = [job for job, _ in picked if job.concurrency_key is None and job.rate_key is None]
     unheld = store.unhold_many(conn, QUEUE, queue, [job.id for job in plain], now)
-    for job in plain:  # in the order picked: the broker delivers them first in, first out
-        if job.id in unheld:
-            publish(tx, job, max(0, job.run_after - now), now)
-    for job in picked:
-        if job.concurrency_key is not None or job.rate_key is not None:
+    # In the order picked (the broker delivers them first in, first out); a job whose owner is behind
+    # its share goes before the window's other jobs: a newcomer does not wait behind a flood's window.
+    for job, ahead in picked:
+        if job.concurrency_key is None and job.rate_key is None:
+            if job.id in unheld:
+                publish(tx, job, max(0, job.run_after - now), now, ahead=ahead)
+        else:
             admit(tx, job, now=now, delay_ms=job.run_after - now, rules=rules, fair=False, waiting=(QUEUE, queue))
 
 
@@ -389,7 +393,7 @@ def _release_key(tx: Tx, key: str, now: int, rules: Policy) -> None:
         free = limit - running - admitted
     if free <= 0:
         return
-    for job in _pick(tx, CONCURRENCY, key, free, rules, store.key_inflight):
+    for job, _ in _pick(tx, CONCURRENCY, key, free, rules, store.key_inflight):
         admit(tx, job, now=now, delay_ms=job.run_after - now, rules=rules, waiting=(CONCURRENCY, key))
 
 
@@ -409,7 +413,7 @@ def _wake_rate(tx: Tx, rate_key: str, now: int, rules: Policy) -> None:
         wanted = free if free > 0 else (1 if admitted == 0 else 0)
     if wanted <= 0:
         return
-    for job in _pick(tx, RATE, rate_key, wanted, rules, store.rate_key_admitted_by_owner):
+    for job, _ in _pick(tx, RATE, rate_key, wanted, rules, store.rate_key_admitted_by_owner):
         admit(tx, job, now=now, delay_ms=job.run_after - now, rules=rules, waiting=(RATE, rate_key))
 
 
@@ -420,22 +424,24 @@ def _pick(
     n: int,
     rules: Policy,
     inflight: Callable[[Any, str, Sequence[str]], dict[str, int]],
-) -> list[HeldJob]:
+) -> list[tuple[HeldJob, bool]]:
     """Up to *n* jobs waiting on *on*, in rotation across their owners: each next one is the top job of
-    the owner with the fewest jobs in flight there per unit of weight (ties: by owner)."""
+    the owner with the fewest jobs in flight there per unit of weight (ties: by owner), and whether that
+    owner had fewer than another waiting owner (it is behind its share)."""
     conn = tx.conn
     owners = store.held_owners(conn, held, on, MAX_OWNERS)
     if not owners:
         return []
     if len(owners) == 1:
-        return store.held_next(conn, held, on, owners[0], n)
+        return [(job, False) for job in store.held_next(conn, held, on, owners[0], n)]
     counts = inflight(conn, on, owners)
     pages: dict[str, list[HeldJob]] = {}
     last: dict[str, HeldJob] = {}
     live = list(owners)
-    picked: list[HeldJob] = []
+    picked: list[tuple[HeldJob, bool]] = []
     while len(picked) < n and live:
-        owner = min(live, key=lambda o: (counts.get(o, 0) / rules.weight(o), o))
+        share = {o: counts.get(o, 0) / rules.weight(o) for o in live}
+        owner = min(live, key=lambda o: (share[o], o))
         page = pages.get(owner)
         if not page:
             page = pages[owner] = store.held_next(conn, held, on, owner, min(PAGE, n - len(picked)), last.get(owner))
@@ -443,6 +449,6 @@ def _pick(
                 live.remove(owner)
                 continue
         last[owner] = job = page.pop(0)
-        picked.append(job)
+        picked.append((job, share[owner] < max(share.values())))
         counts[owner] = counts.get(owner, 0) + 1
     return picked

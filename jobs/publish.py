@@ -39,17 +39,20 @@ def job_message(
     message_id: str | None = None,
     trace_context: str | None = None,
     limits: tuple[str | None, str | None] = (None, None),
+    ahead: bool = False,
 ) -> Message:
     """The Dramatiq message that runs *job_id* (no arguments: the job row holds the payload).
 
     ``broker_priority`` orders the SQLite broker's claims (higher first); other brokers ignore it. When
     tracing, the current span's trace context rides along (:data:`jobs.tracing.TRACE_OPTION`), else the
     job's stored *trace_context* (``jobs.trace_context``). *limits*: the job's concurrency and rate keys,
-    which its claim checks (:func:`jobs.admission.claim_refusal`).
+    which its claim checks (:func:`jobs.admission.claim_refusal`). *ahead*: the job's owner is behind its
+    fair share, so it goes before the queue's other ready jobs of the same priority (``broker_priority``
+    is twice the job's priority, plus one for such a job).
     """
     options: dict[str, Any] = {JOB_ID_OPTION: job_id, "max_retries": 0, "time_limit": ACTOR_TIME_LIMIT_MS}
-    if priority:
-        options["broker_priority"] = priority
+    if priority or ahead:
+        options["broker_priority"] = 2 * priority + int(ahead)
     if limits != (None, None):
         options[LIMITS_OPTION] = list(limits)
     trace = tracing.carrier(trace_context)
@@ -99,6 +102,7 @@ def publish_in_transaction(
     now: int,
     trace_context: str | None = None,
     limits: tuple[str | None, str | None] = (None, None),
+    ahead: bool = False,
 ) -> str:
     """Write the job's next message inside the open transaction of *conn*; returns its message id.
 
@@ -109,7 +113,9 @@ def publish_in_transaction(
       dramatiq.errors.QueueNotFound: The SQLite broker has not declared the queue (call
         :func:`prepare_broker` before opening the transaction).
     """
-    message = job_message(job_id, actor_name, queue_name, priority=priority, trace_context=trace_context, limits=limits)
+    message = job_message(
+        job_id, actor_name, queue_name, priority=priority, trace_context=trace_context, limits=limits, ahead=ahead
+    )
     if same_sqlite_file(conn, broker):
         broker.enqueue(message, delay=delay_ms if delay_ms > 0 else None, connection=conn)
     else:
