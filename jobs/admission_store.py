@@ -286,6 +286,31 @@ def rate_admitted(conn: Conn, key: str) -> int:
     return int(row[0])
 
 
+# -- the messages a broker should hold (jobs.redelivery) -------------------------------------------------
+def messages_expected(conn: Conn, workflow_worker: str) -> dict[str, int]:
+    """Per queue, the messages its broker should hold: one per admitted queued job and one per running job
+    (delivered, not acked yet); a workflow parent (run by *workflow_worker*) has none."""
+    rows = _exec(
+        conn,
+        f"SELECT queue_name, count(*) FROM jobs WHERE held IS NULL AND {_ACTIVE} "
+        "AND (worker_id IS NULL OR worker_id <> :workflow) GROUP BY queue_name",
+        {"workflow": workflow_worker},
+    ).fetchall()
+    return {r[0]: int(r[1]) for r in rows}
+
+
+def admitted_oldest(conn: Conn, queue: str, admitted_before: int, limit: int) -> list[HeldJob]:
+    """The oldest admitted queued jobs of *queue* last moved before *admitted_before*, at most *limit*."""
+    plus = _plus(conn)
+    rows = _exec(
+        conn,
+        f"SELECT {_HELD_COLUMNS} FROM jobs WHERE queue_name = :q AND held IS NULL AND {_ACTIVE} "
+        f"AND {plus}status = 'queued' AND updated_at < :before ORDER BY run_after, created_at, id LIMIT :limit",
+        {"q": queue, "before": admitted_before, "limit": limit},
+    ).fetchall()
+    return [HeldJob(*r) for r in rows]
+
+
 # -- rate starts ---------------------------------------------------------------------------------------
 def rate_starts_since(conn: Conn, key: str, since: int) -> list[int]:
     """Start times of *key* after *since*, oldest first."""

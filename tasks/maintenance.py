@@ -33,6 +33,7 @@ from broker import SQLiteBroker
 from jobs.admission import admit_waiting
 from jobs.outbox import relay_once
 from jobs.recovery import recover_expired
+from jobs.redelivery import republish_lost
 from jobs.retention import DAY_S, RetentionPolicy, effective_policy, prune
 from monitoring.metrics import record_pruned
 from settings.environment import Settings, current_settings
@@ -139,6 +140,10 @@ def run_resync(broker: Broker, *, config: MaintenanceConfig | None = None) -> Re
     # With the SQLite broker on the job database a job's message is written in its own transaction
     # and there is no outbox; otherwise the relay process publishes, and this is its safety net.
     republished = None if scheduler.transactional else step("outbox", lambda: relay_once(engine, broker))
+    if not scheduler.transactional:
+        # Messages a server broker lost since (a Redis restarted without persistence): written again.
+        lease_ms = int(settings.job_lease_ttl_s * 1000)
+        step("republish_lost", lambda: republish_lost(engine, broker, min_age_ms=lease_ms))
     pruned = step("prune_jobs", lambda: prune(engine, retention.jobs))
     purged = (
         step("purge_dead", lambda: broker.purge_dead(retention.dead_letter_retention_ms))  # type: ignore[attr-defined]
