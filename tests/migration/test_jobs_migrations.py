@@ -29,6 +29,7 @@ JOB_TABLES = frozenset(metadata.tables) & {
     "outbox",
     "job_dependencies",
     "retention_marks",
+    "live_feeds",
 }
 
 

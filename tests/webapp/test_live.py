@@ -51,13 +51,22 @@ def _submit(driver, person, text="x"):  # type: ignore[no-untyped-def]
     return driver.submit(person.user.owner_id, payload={"text": text})
 
 
+def _feed_of(cursor: str) -> tuple[str, int]:
+    """A cursor's feed id and notice count (``<feed>.<n>``)."""
+    feed, _, n = cursor.partition(".")
+    assert len(feed) == 16 and n.isdigit(), cursor
+    return feed, int(n)
+
+
 def test_resume_after_cursor_loses_nothing(server, driver, alice):  # type: ignore[no-untyped-def]
     with _ws(server, alice.bearer) as ws:
         hello = _next(ws, "hello")
-        assert hello["cursor"] == "0" and hello["heartbeat_s"] == 10
+        feed, n = _feed_of(hello["cursor"])
+        assert n == 0 and hello["heartbeat_s"] == 10
         first = [_submit(driver, alice, str(i)).id for i in range(3)]
         got = [_next(ws) for _ in range(3)]
     assert [m["job_id"] for m in got] == first and all(m["status"] == "queued" for m in got)
+    assert [m["id"] for m in got] == [f"{feed}.{i}" for i in (1, 2, 3)]
     cursor = got[-1]["id"]
     # While disconnected: new jobs, a status change, progress and an event.
     later = [_submit(driver, alice, f"later{i}").id for i in range(3)]
@@ -68,15 +77,18 @@ def test_resume_after_cursor_loses_nothing(server, driver, alice):  # type: igno
         assert _next(ws, "hello")["cursor"] == cursor
         resumed = [_next(ws) for _ in range(5)]
     assert [m["job_id"] for m in resumed] == [*later, first[0], first[0]]
-    assert [int(m["id"]) for m in resumed] == list(range(int(cursor) + 1, int(cursor) + 6))
+    assert [m["id"] for m in resumed] == [f"{feed}.{i}" for i in range(4, 9)]
     assert resumed[3]["kind"] == "status" and resumed[4]["progress"] == 0.5
 
 
 def test_too_old_cursor_gets_resync(app, server, driver, alice):  # type: ignore[no-untyped-def]
     from jobs.retention import DAY_S, RetentionPolicy, prune
 
-    for i in range(20):
-        _submit(driver, alice, str(i))
+    with _ws(server, alice.bearer) as ws:
+        _next(ws, "hello")
+        for i in range(20):
+            _submit(driver, alice, str(i))
+        cursor = [_next(ws) for _ in range(20)][2]["id"]  # after the third job's notice
     # Retention deletes the first jobs' events (cancelled, past their retention): a cursor before them
     # may have missed some.
     for job in driver_jobs_oldest_first(driver)[:5]:
@@ -85,11 +97,12 @@ def test_too_old_cursor_gets_resync(app, server, driver, alice):  # type: ignore
     later_ms = 10 * 86_400_000 + driver.job(driver_jobs_oldest_first(driver)[-1]).created_at.timestamp() * 1000
     policy = RetentionPolicy(jobs_s={s: DAY_S for s in ("succeeded", "failed", "cancelled", "interrupted")})
     assert prune(driver.engine, policy, now=int(later_ms)).jobs == 5
-    head = app.extensions["tenure"].jobs.head()
-    with _ws(server, alice.bearer, "3") as ws:
-        _next(ws, "hello")
+    with _ws(server, alice.bearer, cursor) as ws:
+        hello = _next(ws, "hello")
         resync = _next(ws, "resync")
-    assert resync == {"type": "resync", "reason": "cursor_expired", "cursor": head}
+    # A new feed from now: its cursor, in the hello and the resync alike.
+    assert _feed_of(hello["cursor"]) == (hello["cursor"][:16], 0) and hello["cursor"][:16] != cursor[:16]
+    assert resync == {"type": "resync", "reason": "cursor_expired", "cursor": hello["cursor"]}
 
 
 def driver_jobs_oldest_first(driver) -> list[str]:  # type: ignore[no-untyped-def]
@@ -101,12 +114,16 @@ def driver_jobs_oldest_first(driver) -> list[str]:  # type: ignore[no-untyped-de
 
 def test_falling_behind_gets_resync(app, server, driver, alice):  # type: ignore[no-untyped-def]
     app.config["LIVE_MAX_BACKLOG"] = 5
-    _submit(driver, alice)
+    with _ws(server, alice.bearer) as ws:
+        _next(ws, "hello")
+        _submit(driver, alice)
+        cursor = _next(ws)["id"]
     for i in range(10):
         _submit(driver, alice, str(i))
-    with _ws(server, alice.bearer, "1") as ws:
-        _next(ws, "hello")
-        assert _next(ws, "resync") == {"type": "resync", "reason": "behind", "cursor": "11"}
+    with _ws(server, alice.bearer, cursor) as ws:
+        assert _next(ws, "hello")["cursor"] == cursor
+        resync = _next(ws, "resync")
+    assert resync["reason"] == "behind" and _feed_of(resync["cursor"])[1] == 0 and resync["cursor"][:16] != cursor[:16]
 
 
 def test_fifth_connection_of_one_identity_gets_429(server, alice, bob):  # type: ignore[no-untyped-def]
@@ -174,12 +191,13 @@ def test_heartbeat_and_sse_resume(app, server, driver, alice):  # type: ignore[n
 
     app.config["LIVE_HEARTBEAT_S"] = 0.2
     with _ws(server, alice.bearer) as ws:
-        _next(ws, "hello")
-        assert _next(ws, "heartbeat", timeout=3)["cursor"] == "0"
-    jobs = [_submit(driver, alice, str(i)).id for i in range(3)]
+        start = _next(ws, "hello")["cursor"]
+        assert _next(ws, "heartbeat", timeout=3)["cursor"] == start
+        jobs = [_submit(driver, alice, str(i)).id for i in range(3)]
+        ids = [_next(ws)["id"] for _ in range(3)]
     host, port = server.split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=5)
-    conn.request("GET", "/api/v1/live.sse", headers={**alice.bearer, "Last-Event-ID": "1"})
+    conn.request("GET", "/api/v1/live.sse", headers={**alice.bearer, "Last-Event-ID": ids[0]})
     response = conn.getresponse()
     assert response.status == 200 and response.getheader("Content-Type").startswith("text/event-stream")
     seen: list[tuple[str, dict]] = []
@@ -192,7 +210,7 @@ def test_heartbeat_and_sse_resume(app, server, driver, alice):  # type: ignore[n
             seen.append((event or "", json.loads(line[6:])))
     conn.close()
     notices = [d for e, d in seen if e == "notice"]
-    assert [n["job_id"] for n in notices] == jobs[1:] and [n["id"] for n in notices] == ["2", "3"]
+    assert [n["job_id"] for n in notices] == jobs[1:] and [n["id"] for n in notices] == ids[1:]
     assert seen[0][0] == "hello"
     with _ws(server, alice.bearer, "abc") as ws:
         assert _refusal(ws) == (
@@ -201,7 +219,7 @@ def test_heartbeat_and_sse_resume(app, server, driver, alice):  # type: ignore[n
         )
 
 
-_BAD_CURSOR = "cursor must be a cursor the feed sent (digits, or digits.digits)."
+_BAD_CURSOR = "cursor must be a cursor the feed sent (<feed>.<n>)."
 
 
 def _refusal(ws) -> tuple[dict, int | None]:  # type: ignore[no-untyped-def]
@@ -235,14 +253,21 @@ def test_query_parameters_are_refused_on_both_transports(server, alice, query) -
     conn.close()
 
 
-def _wait_for_free_slots(app) -> None:  # type: ignore[no-untyped-def]
-    """Every connection slot is released (when a handler returns, just after its close frame)."""
+def _slots_held(app, person) -> tuple[int, int]:  # type: ignore[no-untyped-def]
+    """This process's live connections, and *person*'s slots across every web process."""
+    from accounts import live_slots
+
     limits = app.extensions["tenure"].feed_limits
+    return limits.total, live_slots.held(limits.engine, f"user:{person.user.id}")
+
+
+def _wait_for_free_slots(app, person) -> None:  # type: ignore[no-untyped-def]
+    """Every connection slot is released (when a handler returns, just after its close frame)."""
     for _ in range(100):
-        if limits._total == 0:
+        if _slots_held(app, person) == (0, 0):
             break
         threading.Event().wait(0.05)
-    assert limits._total == 0, "a refused connection kept its slot"
+    assert _slots_held(app, person) == (0, 0), "a refused connection kept its slot"
 
 
 def test_the_websocket_cursor_comes_only_from_the_first_message(app, server, driver, alice) -> None:  # type: ignore[no-untyped-def]
@@ -256,7 +281,7 @@ def test_the_websocket_cursor_comes_only_from_the_first_message(app, server, dri
         ws.send(json.dumps({"cursor": 3}))
         assert _refusal(ws) == ({"type": "error", "code": "validation_error", "message": _BAD_CURSOR}, 1008)
     # four refusals so far: their slots come back (or a fifth connection would rightly get 429)
-    _wait_for_free_slots(app)
+    _wait_for_free_slots(app, alice)
     # No first message in time: the feed says what it waits for, then closes (and frees the slot)
     app.config["LIVE_SUBSCRIBE_TIMEOUT_S"] = 0.3
     with _connect(server, alice.bearer) as ws:
@@ -266,16 +291,18 @@ def test_the_websocket_cursor_comes_only_from_the_first_message(app, server, dri
         "code": "validation_error",
         "message": 'Send {"cursor": <the last cursor you saw, or null>} as the first message.',
     }
-    _wait_for_free_slots(app)
-    # {} and {"cursor": null} start from now; a cursor in the first message resumes after it
+    _wait_for_free_slots(app, alice)
+    # {} and {"cursor": null} start from now (a new feed each); a cursor in the first message resumes after it
+    starts = []
     for first in ({}, {"cursor": None}):
         with _connect(server, alice.bearer) as ws:
             ws.send(json.dumps(first))
-            assert _next(ws, "hello")["cursor"] == "0"
+            starts.append(_next(ws, "hello")["cursor"])
+    assert [_feed_of(c)[1] for c in starts] == [0, 0] and starts[0] != starts[1]
     job = _submit(driver, alice).id
     with _connect(server, alice.bearer) as ws:
-        ws.send(json.dumps({"cursor": "0"}))
-        assert _next(ws, "hello")["cursor"] == "0" and _next(ws)["job_id"] == job
+        ws.send(json.dumps({"cursor": starts[0]}))
+        assert _next(ws, "hello")["cursor"] == starts[0] and _next(ws)["job_id"] == job
 
 
 def _serve(app):  # type: ignore[no-untyped-def]
@@ -313,7 +340,8 @@ def test_cursor_resumes_on_another_app_instance(app_config, database_path, drive
             resumed = [_next(ws) for _ in range(2)]
         assert all(m["type"] == "notice" for m in resumed)  # no resync
         assert [(m["job_id"], m["status"]) for m in resumed] == [(later[0], "queued"), (early[0], "cancelled")]
-        assert int(resumed[0]["id"]) > int(cursor) and int(resumed[1]["id"]) > int(resumed[0]["id"])
+        feed, n = _feed_of(cursor)
+        assert [m["id"] for m in resumed] == [f"{feed}.{n + 1}", f"{feed}.{n + 2}"]
     finally:
         for srv, thread in servers:
             srv.shutdown()
@@ -325,10 +353,13 @@ def test_cursor_resumes_on_another_app_instance(app_config, database_path, drive
 def test_the_cli_client_resumes_with_last_event_id(server, driver, alice) -> None:  # type: ignore[no-untyped-def]
     from tenure_cli.remote import Remote
 
-    jobs = [_submit(driver, alice, str(i)).id for i in range(3)]
+    with _ws(server, alice.bearer) as ws:
+        _next(ws, "hello")
+        jobs = [_submit(driver, alice, str(i)).id for i in range(3)]
+        cursor = [_next(ws) for _ in range(3)][0]["id"]
     remote = Remote(f"http://{server}", alice.token)
     try:
-        with remote.live(cursor="1") as feed:  # the header, never ?cursor= (which the feed refuses)
+        with remote.live(cursor=cursor) as feed:  # the header, never ?cursor= (which the feed refuses)
             messages = iter(feed)
             assert next(messages)["type"] == "hello"
             assert [next(messages)["job_id"] for _ in range(2)] == jobs[1:]
