@@ -544,9 +544,10 @@ def event_insert(
         conn,
         (
             "INSERT INTO job_events (job_id, sequence, type, data, created_at, owner_id) "
-            f"VALUES (:job_id, :sequence, :type, :data, :now, {_EVENT_OWNER.format(job=':job_id')})"
+            f"VALUES (:job_id, :sequence, :type, :data, :now, {_EVENT_OWNER.format(job=':owner_of')})"
         ),
-        {"job_id": job_id, "sequence": sequence, "type": type_, "data": data, "now": now},
+        # The id bound twice under two names: PostgreSQL deduces one type per parameter and use.
+        {"job_id": job_id, "sequence": sequence, "type": type_, "data": data, "now": now, "owner_of": job_id},
     )
 
 

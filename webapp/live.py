@@ -145,7 +145,9 @@ def _admit() -> Response | None:
 
 @bp.teardown_request
 def _release(_exc: BaseException | None) -> None:
-    # Runs when the WebSocket handler returns, or when the SSE stream ends (stream_with_context).
+    # Runs when the WebSocket handler returns (or the request failed before a handler took the slot).
+    # Not the end of an SSE stream: Flask tears the request down once the view has returned its
+    # response, before the stream is read; live_sse hands its slot to the response instead.
     admission = g.pop("live", None)
     if admission is not None:
         services().feed_limits.release(admission.slot)
@@ -367,8 +369,10 @@ def live_sse() -> Response:
     raw_socket = request.environ.get("gunicorn.socket") or request.environ.get("werkzeug.socket")
     if raw_socket is not None:
         _bound_sends(raw_socket, blocking_timeout=False)
-    stream = Stream(g.live, g.live_cursor)
+    admission: Admission = g.pop("live")
+    stream = Stream(admission, g.live_cursor)
     poll_s = float(current_app.config["LIVE_POLL_S"])
+    limits = services().feed_limits
 
     def events() -> Iterator[str]:
         try:
@@ -387,8 +391,11 @@ def live_sse() -> Response:
         finally:
             stream.close()
 
-    return Response(
+    response = Response(
         stream_with_context(events()),
         mimetype="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
+    # The server closes the response when the stream ends, however it ends (even unread).
+    response.call_on_close(lambda: limits.release(admission.slot))
+    return response

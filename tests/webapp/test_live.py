@@ -365,3 +365,311 @@ def test_the_cli_client_resumes_with_last_event_id(server, driver, alice) -> Non
             assert [next(messages)["job_id"] for _ in range(2)] == jobs[1:]
     finally:
         remote.client.close()
+
+
+# -- the live feed's promises ------------------------------------------------------------------------
+class _Stream:
+    """One feed connection over either transport: its messages, and when the server ended it."""
+
+    def __init__(self, server: str, transport: str, headers: dict[str, str], cursor: str | None = None) -> None:
+        import http.client
+
+        self.transport = transport
+        if transport == "ws":
+            self._stack = contextlib.ExitStack()
+            self.ws = self._stack.enter_context(_ws(server, headers, cursor))
+        else:
+            host, port = server.split(":")
+            self.conn = http.client.HTTPConnection(host, int(port), timeout=10)
+            resume = {"Last-Event-ID": cursor} if cursor else {}
+            self.conn.request("GET", "/api/v1/live.sse", headers={**headers, **resume})
+            self.sock = self.conn.sock  # http.client lets go of it once the response says it closes
+            self.response = self.conn.getresponse()
+            assert self.response.status == 200, self.response.read()[:300]
+
+    def recv(self, timeout: float = 5.0) -> dict | None:
+        """The next message, or None when the server ended the stream."""
+        from websockets.exceptions import ConnectionClosed
+
+        if self.transport == "ws":
+            try:
+                return json.loads(self.ws.recv(timeout=timeout))
+            except ConnectionClosed:
+                return None
+        self.sock.settimeout(timeout)
+        event = None
+        while True:
+            line = self.response.readline().decode()
+            if not line:
+                return None
+            if line.startswith("event: "):
+                event = line[7:].strip()
+            elif line.startswith("data: "):
+                data = json.loads(line[6:])
+                assert data["type"] == event
+                return data
+
+    def next(self, type_: str = "notice", timeout: float = 5.0) -> dict:
+        while True:
+            message = self.recv(timeout)
+            assert message is not None, f"the stream ended while waiting for {type_}"
+            if message["type"] in (type_, "resync"):
+                return message
+
+    def until_end(self, timeout: float) -> list[dict]:
+        """Every message until the server ends the stream (fails if it does not within *timeout*)."""
+        import time
+
+        deadline = time.monotonic() + timeout
+        seen: list[dict] = []
+        while (message := self.recv(max(0.01, deadline - time.monotonic()))) is not None:
+            seen.append(message)
+            assert time.monotonic() < deadline, f"the stream was not ended within {timeout} s: {seen[-3:]}"
+        return seen
+
+    def close(self) -> None:
+        if self.transport == "ws":
+            self._stack.close()
+        else:
+            self.conn.close()
+
+
+def test_a_users_cursor_does_not_move_while_another_users_jobs_produce_1000_events(  # type: ignore[no-untyped-def]
+    app, server, driver, alice, bob, root
+) -> None:
+    import time
+
+    app.config["LIVE_HEARTBEAT_S"] = 0.2
+    mine, everyone = _Stream(server, "ws", alice.bearer), _Stream(server, "sse", root.bearer)
+    try:
+        start = mine.next("hello")["cursor"]
+        admin_feed = everyone.next("hello")["cursor"][:16]
+        theirs = _submit(driver, bob, "busy").id
+        driver.start(theirs)
+        for i in range(998):
+            driver.event(theirs, "step", n=i)
+        # Bob's 1,000 events: the admin sees every one, numbered in its own feed.
+        seen = [everyone.next() for _ in range(1000)]
+        assert {m["job_id"] for m in seen} == {theirs} and seen[-1]["id"] == f"{admin_feed}.1000"
+        # Alice saw heartbeats only, all at her start: her cursor tells nothing about bob.
+        beats = []
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:
+            message = mine.recv()
+            assert message is not None and message["type"] == "heartbeat", message
+            beats.append(message["cursor"])
+        assert beats and set(beats) == {start}
+        own = _submit(driver, alice, "mine").id
+        notice = mine.next()
+        assert (notice["job_id"], notice["id"]) == (own, f"{start[:16]}.1")
+    finally:
+        mine.close()
+        everyone.close()
+    # Resumed after more of bob's events: nothing for alice, her cursor still where it was.
+    for i in range(200):
+        driver.event(theirs, "more", n=i)
+    again = _Stream(server, "sse", alice.bearer, notice["id"])
+    try:
+        assert again.next("hello")["cursor"] == notice["id"]
+        assert again.next("heartbeat") == {"type": "heartbeat", "cursor": notice["id"]}
+    finally:
+        again.close()
+
+
+@pytest.mark.parametrize("transport", ["ws", "sse"])
+def test_a_token_revoked_mid_stream_ends_it_within_two_seconds(app, server, web_engine, alice, transport) -> None:  # type: ignore[no-untyped-def]
+    import time
+
+    import accounts
+
+    stream = _Stream(server, transport, alice.bearer)
+    try:
+        stream.next("hello")
+        (token,) = accounts.list_tokens(web_engine, alice.user.id)
+        revoked_at = time.monotonic()
+        accounts.revoke_token(web_engine, alice.user.id, token.id)
+        last = stream.until_end(timeout=2.0)
+        assert time.monotonic() - revoked_at < 2.0
+    finally:
+        stream.close()
+    assert last[-1] == {
+        "type": "error",
+        "code": "unauthorized",
+        "message": "The credentials this feed was opened with are no longer valid.",
+    }
+    if transport == "ws":
+        assert stream.ws.close_code == 1008
+    _wait_for_free_slots(app, alice)
+
+
+def _cookie_headers(app, server: str, person) -> tuple[dict[str, str], object]:  # type: ignore[no-untyped-def]
+    client = app.test_client()
+    client.environ_base["HTTP_USER_AGENT"] = "tenure-tests"  # "strong" session protection binds the agent
+    login(client, person)
+    cookie = client.get_cookie("session")
+    headers = {"Cookie": f"session={cookie.value}", "User-Agent": "tenure-tests", "Origin": f"http://{server}"}
+    return headers, client
+
+
+@pytest.mark.parametrize("transport", ["ws", "sse"])
+def test_logout_ends_the_sessions_stream_and_its_cookie(app, server, alice, transport) -> None:  # type: ignore[no-untyped-def]
+    import time
+
+    from .conftest import csrf_token
+
+    headers, client = _cookie_headers(app, server, alice)
+    stream = _Stream(server, transport, headers)
+    try:
+        stream.next("hello")
+        logged_out_at = time.monotonic()
+        assert client.post("/logout", data={"csrf_token": csrf_token(client, "/tokens")}).status_code == 302
+        assert stream.until_end(timeout=2.0)[-1]["code"] == "unauthorized"
+        assert time.monotonic() - logged_out_at < 2.0
+    finally:
+        stream.close()
+    # The cookie as it was before the logout (a copy an attacker kept) authenticates nobody any more.
+    replay = app.test_client()
+    replay.environ_base["HTTP_USER_AGENT"] = "tenure-tests"
+    replay.set_cookie("session", headers["Cookie"].split("=", 1)[1])
+    assert replay.get("/api/v1/jobs").status_code == 401
+
+
+@pytest.mark.parametrize("via", ["basic", "session"])
+def test_a_password_change_ends_streams_opened_with_the_password(app, server, web_engine, alice, via) -> None:  # type: ignore[no-untyped-def]
+    import accounts
+
+    app.config["LIVE_HEARTBEAT_S"] = 0.2
+    headers = alice.basic if via == "basic" else _cookie_headers(app, server, alice)[0]
+    stream, by_token = _Stream(server, "ws", headers), _Stream(server, "ws", alice.bearer)
+    try:
+        stream.next("hello")
+        by_token.next("hello")
+        accounts.set_password(web_engine, alice.user.id, "another long password")
+        assert stream.until_end(timeout=2.0)[-1]["code"] == "unauthorized"
+        assert by_token.next("heartbeat")["type"] == "heartbeat"  # a token is its own credential
+    finally:
+        stream.close()
+        by_token.close()
+
+
+def test_a_role_change_or_a_disabled_user_ends_the_stream(app, server, web_engine, root, alice) -> None:  # type: ignore[no-untyped-def]
+    from sqlalchemy import text
+
+    admin, user = _Stream(server, "sse", root.bearer), _Stream(server, "ws", alice.bearer)
+    try:
+        admin.next("hello")
+        user.next("hello")
+        with web_engine.begin() as conn:  # as a role change does (the accounts API is another change's)
+            conn.execute(text("UPDATE users SET role = 'user' WHERE id = :id"), {"id": root.user.id})
+            conn.execute(text("UPDATE users SET disabled = :t WHERE id = :id"), {"t": True, "id": alice.user.id})
+        assert admin.until_end(timeout=2.0)[-1] == {
+            "type": "error",
+            "code": "forbidden",
+            "message": "Your permissions changed; reconnect to go on with the new ones.",
+        }
+        assert user.until_end(timeout=2.0)[-1]["code"] == "unauthorized"
+    finally:
+        admin.close()
+        user.close()
+    # Reconnecting works, with what the new role sees.
+    again = _Stream(server, "ws", root.bearer)
+    try:
+        assert _feed_of(again.next("hello")["cursor"])[1] == 0
+    finally:
+        again.close()
+
+
+def test_head_says_whether_a_connection_would_be_admitted(app, server, alice) -> None:  # type: ignore[no-untyped-def]
+    import http.client
+
+    def probe() -> http.client.HTTPResponse:
+        host, port = server.split(":")
+        conn = http.client.HTTPConnection(host, int(port), timeout=5)
+        conn.request("HEAD", "/api/v1/live.sse", headers=alice.bearer)
+        response = conn.getresponse()
+        conn.close()
+        return response
+
+    assert probe().status == 204
+    with contextlib.ExitStack() as stack:
+        for _ in range(4):
+            _next(stack.enter_context(_ws(server, alice.bearer)), "hello")
+        refused = probe()
+        assert refused.status == 429 and refused.getheader("Retry-After") == "5"
+        assert _slots_held(app, alice) == (4, 4)  # a probe takes no slot
+    _wait_for_free_slots(app, alice)
+    host, port = server.split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=5)
+    conn.request("HEAD", "/api/v1/live.sse")
+    assert conn.getresponse().status == 401
+
+
+def test_the_identity_limit_holds_across_web_processes(app_config, database_path, alice) -> None:  # type: ignore[no-untyped-def]
+    """Two web processes (two apps, two servers) on one database: two connections on each (WebSocket on one,
+    SSE on the other: both transports hold their slot while they stream), the fifth refused on either."""
+    from jobs.db import make_engine
+    from webapp import create_app
+
+    engines = [make_engine(f"sqlite:///{database_path}") for _ in range(2)]
+    apps = [create_app({**app_config, "TENURE_ENGINE": e}) for e in engines]
+    servers = [_serve(a) for a in apps]
+    ports = [f"127.0.0.1:{srv.server_port}" for srv, _ in servers]
+    try:
+        with contextlib.ExitStack() as stack:
+            for port, transport in zip(ports, ("ws", "sse"), strict=True):
+                for _ in range(2):
+                    held = _Stream(port, transport, alice.bearer)
+                    stack.callback(held.close)
+                    held.next("hello")
+            for port in ports:
+                with pytest.raises(InvalidStatus) as refused:
+                    with _ws(port, alice.bearer):
+                        pass
+                assert refused.value.response.status_code == 429
+                assert refused.value.response.headers["Retry-After"] == "5"
+            assert [a.extensions["tenure"].feed_limits.total for a in apps] == [2, 2]
+    finally:
+        for srv, thread in servers:
+            srv.shutdown()
+            thread.join(5)
+        for engine in engines:
+            engine.dispose()
+
+
+@pytest.mark.parametrize("transport", ["ws", "sse"])
+def test_a_client_that_stops_reading_is_dropped_and_frees_its_slot(app, server, driver, alice, transport) -> None:  # type: ignore[no-untyped-def]
+    """A real socket that stops reading: the server's sends block, time out, and the connection ends."""
+    import socket
+    import time
+
+    app.config.update(LIVE_SEND_TIMEOUT_S=1.0, LIVE_SEND_BUFFER_BYTES=4096)
+    host, port = server.split(":")
+    raw = socket.socket()
+    raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window: the server's sends fill it soon
+    raw.connect((host, int(port)))
+    auth = f"Authorization: Bearer {alice.token}\r\n"
+    if transport == "ws":
+        raw.sendall(
+            f"GET /api/v1/live HTTP/1.1\r\nHost: {server}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            f"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n{auth}\r\n".encode()
+        )
+        assert b" 101 " in raw.recv(4096).split(b"\r\n")[0]
+        payload = b'{"cursor": null}'
+        raw.sendall(bytes([0x81, 0x80 | len(payload)]) + b"\x00\x00\x00\x00" + payload)  # masked, key 0
+    else:
+        raw.sendall(f"GET /api/v1/live.sse HTTP/1.1\r\nHost: {server}\r\n{auth}\r\n".encode())
+    try:
+        deadline = time.monotonic() + 5
+        while _slots_held(app, alice)[0] != 1:
+            assert time.monotonic() < deadline, f"the connection was never admitted: {_slots_held(app, alice)}"
+            time.sleep(0.02)
+        # Then it reads nothing more, while the job's notices (a long status line each) pile up.
+        job = _submit(driver, alice, "flood").id
+        driver.progress(job, 0.1, "x" * 2000)
+        for i in range(150):
+            driver.event(job, "step", n=i)
+        stopped = time.monotonic()
+        _wait_for_free_slots(app, alice)
+        assert time.monotonic() - stopped < 1.0 + 3.0  # the send timeout, and a poll or two
+    finally:
+        raw.close()
