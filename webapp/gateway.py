@@ -131,6 +131,8 @@ class Notice:
     progress: float | None = None
     message: str | None = None
     created_at: datetime | None = None
+    #: The job event's sequence (per job, gap-free): ``GET /api/v1/jobs/{id}/events`` has it. None for progress.
+    sequence: int | None = None
 
 
 @dataclass(frozen=True)

@@ -319,6 +319,7 @@ class JobLayerGateway:
                 f.change.progress,
                 f.change.progress_message,
                 f.change.created_at,
+                f.change.sequence,
             )
             for f in changes
         ]

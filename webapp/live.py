@@ -2,13 +2,13 @@
 
 Both transports serve the same stream (docs/api.md, "Live feed"):
 
-- ``hello`` {cursor, heartbeat_s} first; then ``notice`` {id, job_id, kind, status, progress, message}
-  for every change the caller may see (:func:`visibility`: admins all jobs, users their own), oldest
-  first; ``heartbeat`` {cursor} every ``LIVE_HEARTBEAT_S`` seconds; ``resync`` {reason, cursor} when
-  the stream cannot continue exactly from a cursor — ``cursor_unknown`` (not one of this identity's
-  feeds), ``cursor_expired`` (retention deleted events after it) or ``behind`` (more than
-  ``LIVE_MAX_BACKLOG`` notices pending): the client re-reads the REST snapshot and carries on from
-  the new cursor.
+- ``hello`` {cursor, heartbeat_s} first; then ``notice`` {id, job_id, kind, status, progress,
+  message, sequence} for every change the caller may see (:func:`visibility`: admins all jobs, users
+  their own), oldest first; ``heartbeat`` {cursor} after ``LIVE_HEARTBEAT_S`` seconds without
+  another message; ``resync`` {reason, cursor} when the stream cannot continue exactly from a cursor
+  — ``cursor_unknown`` (not one of this identity's feeds), ``cursor_expired`` (retention deleted
+  events after it) or ``behind`` (more than ``LIVE_MAX_BACKLOG`` notices pending): the client
+  re-reads the REST snapshot and carries on from the new cursor.
 - Cursors are per identity (:mod:`jobs.feeds`): ``<feed>.<n>``, a random feed id and the number of
   notices that feed has delivered. Starting from now opens a new feed; other identities' activity
   never moves a cursor (a heartbeat repeats the last notice's), so it tells nothing about them. A
@@ -42,6 +42,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import select
 import socket
 import struct
 import time
@@ -248,6 +249,7 @@ class Stream:
             "status": n.status,
             "progress": n.progress,
             "message": n.message,
+            "sequence": n.sequence,
         }
 
     def _hello(self) -> dict[str, Any]:
@@ -262,11 +264,13 @@ def _error(code: str, message: str) -> dict[str, Any]:
 
 
 def _bound_sends(sock_: socket.socket, *, blocking_timeout: bool) -> None:
-    """A bounded kernel send buffer, and a send that cannot proceed for ``LIVE_SEND_TIMEOUT_S`` fails.
+    """A bounded kernel send buffer, and sends that give up after ``LIVE_SEND_TIMEOUT_S``.
 
-    *blocking_timeout*: as ``SO_SNDTIMEO`` (sends only; a WebSocket's reader thread keeps blocking in
-    ``recv``), else as the socket's timeout (the SSE response is written by the server, which reports a
-    timed-out write as a dropped connection)."""
+    *blocking_timeout*: the WebSocket's socket stays blocking (simple-websocket's reader thread waits in
+    ``recv``): ``SO_SNDTIMEO`` bounds the library's own sends (pings, pongs, the close frame), and
+    :func:`_send` writes the feed's frames against a deadline. Otherwise (SSE) the socket's timeout,
+    which bounds each ``sendall`` of the server as a whole, and which servers report as a dropped
+    connection."""
     cfg = current_app.config
     timeout = float(cfg["LIVE_SEND_TIMEOUT_S"])
     with contextlib.suppress(OSError):
@@ -295,10 +299,22 @@ def _first_message_cursor(ws: Any) -> str | None:
 
 
 def _send(ws: WebSocketServer, message: dict[str, Any]) -> None:
-    """One JSON text frame, written whole (``sendall``: the send timeout applies to the frame)."""
+    """One JSON text frame, written whole within ``LIVE_SEND_TIMEOUT_S`` or :class:`TimeoutError`.
+
+    A deadline for the whole frame, not a timeout per ``send``: a client that stopped reading still
+    opens its window by a few bytes now and then, and a per-call timeout would wait again after each."""
     if not ws.connected:
         raise ConnectionClosed(ws.close_reason, ws.close_message)
-    ws.sock.sendall(ws.ws.send(TextMessage(data=json.dumps(message))))
+    data = memoryview(ws.ws.send(TextMessage(data=json.dumps(message))))
+    deadline = time.monotonic() + float(current_app.config["LIVE_SEND_TIMEOUT_S"])
+    poller = select.poll()
+    poller.register(ws.sock, select.POLLOUT)
+    while data:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or not poller.poll(remaining * 1000):
+            raise TimeoutError("the client took no data for LIVE_SEND_TIMEOUT_S")
+        with contextlib.suppress(BlockingIOError):
+            data = data[ws.sock.send(data, socket.MSG_DONTWAIT) :]
 
 
 def _close(ws: WebSocketServer, code: int, message: str) -> None:
@@ -357,6 +373,18 @@ def live_ws(ws: Any) -> None:
         stream.close()
 
 
+def _peer_closed(sock_: socket.socket) -> bool:
+    """Whether the client closed its end of an SSE connection (it sends nothing else: a readable socket
+    that has no byte to peek at is at its end)."""
+    try:
+        readable, _, _ = select.select([sock_], [], [], 0)
+        return bool(readable) and sock_.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+
 def _sse(message: dict[str, Any]) -> str:
     ident = message.get("id", message.get("cursor"))
     head = f"id: {ident}\n" if ident is not None else ""
@@ -381,6 +409,8 @@ def live_sse() -> Response:
                 yield _sse(message)
             while True:
                 time.sleep(poll_s)
+                if raw_socket is not None and _peer_closed(raw_socket):
+                    return  # noticed now, not at the next write (which may be a heartbeat away)
                 ended = stream.check()
                 if ended is not None:
                     yield _sse(ended)

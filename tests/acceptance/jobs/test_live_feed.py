@@ -231,11 +231,6 @@ def _read_sse(port: int, token: str, last_id: str | None, got: Received, server:
         conn.close()  # drops the connection mid-stream: the server notices at its next write
 
 
-def _position(cursor: str) -> tuple[int, int]:
-    a, _, b = cursor.partition(".")
-    return int(a), int(b or 0)
-
-
 def _event_rows(env: JobEnv) -> list[tuple[tuple[int, int], str, int, str, str]]:
     """Every event as (position, job_id, sequence, type, data), in feed order (the table is the record)."""
     position = "rowid, 0" if env.backend == "sqlite" else "change_xid, change_id"
@@ -293,18 +288,18 @@ def test_resumed_feed_on_another_process_sees_every_change_once(deployment) -> N
     assert resume_from is not None and pools.ops < total_ops, "the first leg should end while writers write"
     leg_a = len(got.notices)
 
-    # Process B, resumed with the last id the client saw; read until the feed has passed every event.
-    final_head: list[tuple[int, int]] = []
+    # Process B, resumed with the last id the client saw; read until the feed has served the newest event
+    # (it serves them in position order: everything before it was served by then, or never will be).
+    newest: list[tuple[str, int]] = []
 
     def drained() -> bool:
         if errors:
             return True
-        if not final_head:
+        if not newest:
             if any(w.is_alive() for w in writers):
                 return False
-            final_head.append(_event_rows(env)[-1][0])
-        beats = [m["cursor"] for m in got.other if m["type"] == "heartbeat"]
-        return bool(beats) and _position(beats[-1]) >= final_head[0]
+            newest.append(_event_rows(env)[-1][1:3])
+        return any((n["job_id"], n["sequence"]) == newest[0] for _, n in got.notices[-50:])
 
     assert [m["type"] for m in got.other if m["type"] != "heartbeat"] == ["hello"]  # no resync from A
     got.other.clear()
@@ -317,8 +312,8 @@ def test_resumed_feed_on_another_process_sees_every_change_once(deployment) -> N
     assert not reader_b.is_alive(), f"the feed never passed the last event\n{procs.logs()}"
 
     rows = _event_rows(env)
-    by_position = {position: row for position, *row in rows}
-    seen = [_position(n["id"]) for _, n in got.notices]
+    by_event = {(job_id, sequence): (type_, data) for _, job_id, sequence, type_, data in rows}
+    seen = [(n["job_id"], n["sequence"]) for _, n in got.notices]
     servers = {s for s, _ in got.notices}
     # Both processes served part of the stream, and the second one resumed where the first stopped.
     assert servers == {"a", "b"} and 0 < leg_a < len(rows), (leg_a, len(rows))
@@ -326,17 +321,18 @@ def test_resumed_feed_on_another_process_sees_every_change_once(deployment) -> N
     assert not [m for m in got.other if m["type"] == "resync"]
     # Nothing twice, nothing missed: exactly the rows of job_events.
     assert len(seen) == len(set(seen)), [p for p in seen if seen.count(p) > 1][:10]
-    assert set(seen) == set(by_position), (sorted(set(by_position) - set(seen))[:10], len(seen), len(rows))
-    # Each notice is its row: the job, the status a status event recorded.
-    for (_, notice), position in zip(got.notices, seen, strict=True):
-        job_id, _, type_, data = by_position[position]
-        assert notice["job_id"] == job_id
+    assert set(seen) == set(by_event), (sorted(set(by_event) - set(seen))[:10], len(seen), len(rows))
+    # Numbered one by one in the admin's own feed, across both processes: the ids count the notices.
+    feed = resume_from.split(".")[0]
+    assert [n["id"] for _, n in got.notices] == [f"{feed}.{i}" for i in range(1, len(seen) + 1)]
+    # Each notice is its row: the status a status event recorded.
+    for _, notice in got.notices:
+        type_, data = by_event[(notice["job_id"], notice["sequence"])]
         if type_ == "status":
             assert notice["kind"] == "status" and notice["status"] == json.loads(data)["status"]
     # Per job, the order in which the events happened (their sequence, reserved under the job's row lock).
     per_job: dict[str, list[int]] = defaultdict(list)
-    for position in seen:
-        job_id, sequence, _, _ = by_position[position]
+    for job_id, sequence in seen:
         per_job[job_id].append(sequence)
     disordered = {j: s for j, s in per_job.items() if s != sorted(s)}
     assert not disordered, list(disordered.items())[:5]
