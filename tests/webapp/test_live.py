@@ -673,3 +673,24 @@ def test_a_client_that_stops_reading_is_dropped_and_frees_its_slot(app, server, 
         assert time.monotonic() - stopped < 1.0 + 3.0  # the send timeout, and a poll or two
     finally:
         raw.close()
+
+
+def test_progress_notices_do_not_miss_a_first_report(app, driver, alice) -> None:  # type: ignore[no-untyped-def]
+    """The watcher's baseline is taken before a subscriber's position, and a job that started and
+    reported progress between two polls is noticed (a claim clears progress: any value is new)."""
+    gateway = app.extensions["tenure"].jobs
+    running = _submit(driver, alice, "running").id
+    driver.start(running)
+    _, position = gateway.progress_notices(None, after=None)  # the first subscriber: the baseline is in
+    driver.progress(running, 0.25, "a quarter")  # at once: no poll in between
+    started = _submit(driver, alice, "started").id
+    driver.progress(started, 0.5, "warming up")  # started and reported since the last poll
+    silent = _submit(driver, alice, "silent").id
+    driver.start(silent)  # started, reported nothing: its status event is the news
+    gateway.progress.poll_once()
+    notices, position = gateway.progress_notices(alice.user.owner_id, after=position)
+    assert sorted((n.job_id, n.progress, n.message) for n in notices) == sorted(
+        [(running, 0.25, "a quarter"), (started, 0.5, "warming up")]
+    )
+    gateway.progress.poll_once()
+    assert gateway.progress_notices(None, after=position)[0] == []  # each change once
