@@ -167,3 +167,19 @@ def test_a_hidden_page_is_quiet_and_resumes_when_shown(browser, deployment: Depl
     p.until(lambda: any(m.get("job_id") == job for m in p.sockets[1]["received"]))  # what it missed
     p.page.wait_for_selector(f"text={job[:8]}", timeout=10_000)
     p.close()
+
+
+def test_a_page_whose_session_ended_stops_and_says_so(browser, deployment: Deployment) -> None:  # type: ignore[no-untyped-def]
+    p = Page(browser, deployment)
+    other_tab = p.context.new_page()  # the same browser session logs out in another tab
+    other_tab.goto(deployment.base_url + "/jobs")
+    other_tab.click("text=Log out")
+    other_tab.wait_for_url("**/login")
+    p.until(lambda: any(m.get("type") == "error" for m in p.sockets[0]["received"]), timeout_s=5)
+    assert [m for m in p.sockets[0]["received"] if m["type"] == "error"][0]["code"] == "unauthorized"
+    p.until(lambda: p.page.inner_text("#live-state") == "○ signed out", timeout_s=10)
+    assert {status for _, status, _ in p.probes} == {401}
+    attempts = len(p.sockets)
+    p.until(lambda: False if time.monotonic() < p.probes[-1][0] + 3 else True)
+    assert len(p.sockets) == attempts  # no more attempts
+    p.close(expected_errors=("401", "HTTP Authentication failed"))

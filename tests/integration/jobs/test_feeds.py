@@ -187,3 +187,29 @@ def test_a_late_committer_of_the_feeds_owner_is_served_not_skipped(tmp_path: Pat
         got = _drain(env, feed)
     assert [(c.change.job_id, c.change.status) for c in got] == [(early.id, "running"), (later.id, "queued")]
     assert [c.cursor for c in got] == [f"{feed.id}.1", f"{feed.id}.2"]
+
+
+def test_a_quiet_feeds_mark_follows_the_change_feed(env: JobEnv) -> None:
+    """A feed that delivers nothing still moves its mark (every REFRESH_EVERY_MS): after retention deleted
+    older events, its cursor resumes exactly instead of expiring."""
+    from jobs.retention import DAY_S, RetentionPolicy, prune
+
+    feed = feeds.open_feed(env.engine, "user:1", "u1")
+    stale = feeds.Feed(feed.id, feed.subscriber, feed.owner_id, 0, feed.position)  # where the mark started
+    others = [env.submit(KIND, owner_id="u2").id for _ in range(3)]
+    for job_id in others:
+        with db.write(env.engine) as tx:
+            row = store.job_get(tx.conn, job_id)
+            assert row is not None and transitions.cancel_queued(tx, row, now=store.now_ms(), by="u2")
+    assert _drain(env, feed) == [] and feed.cursor.endswith(".0")
+    assert not feeds.mark_due(feed, store.now_ms())  # nothing delivered, not a minute yet
+    assert feeds.mark_due(feed, feed.marked_at + feeds.REFRESH_EVERY_MS)
+    feeds.mark_feed(env.engine, feed)
+    env.submit(KIND, owner_id="u2")  # the newest event row stays
+    policy = RetentionPolicy(jobs_s={s: DAY_S for s in ("succeeded", "failed", "cancelled", "interrupted")})
+    assert prune(env.engine, policy, now=store.now_ms() + 10 * 86_400_000).jobs == 3
+    resumed = feeds.resume_feed(env.engine, feed.cursor, "user:1", "u1")  # from the moved mark: exact
+    mine = env.submit(KIND, owner_id="u1").id
+    assert [(c.cursor, c.change.job_id) for c in _drain(env, resumed)] == [(f"{feed.id}.1", mine)]
+    with pytest.raises(CursorExpired):  # from where the mark started, the same cursor would have expired
+        feeds.next_changes(env.engine, stale, 10)
