@@ -397,7 +397,7 @@ def live_sse() -> Response:
     raw_socket = request.environ.get("gunicorn.socket") or request.environ.get("werkzeug.socket")
     if raw_socket is not None:
         _bound_sends(raw_socket, blocking_timeout=False)
-    admission: Admission = g.pop("live")
+    admission: Admission = g.live
     stream = Stream(admission, g.live_cursor)
     poll_s = float(current_app.config["LIVE_POLL_S"])
     limits = services().feed_limits
@@ -426,6 +426,8 @@ def live_sse() -> Response:
         mimetype="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
-    # The server closes the response when the stream ends, however it ends (even unread).
+    # The server closes the response when the stream ends, however it ends (even unread): the slot is
+    # the response's from here on, not the request's.
     response.call_on_close(lambda: limits.release(admission.slot))
+    g.pop("live")
     return response
