@@ -32,9 +32,11 @@ Both transports serve the same stream (docs/api.md, "Live feed"):
   (:func:`accounts.sessions.credential_user`: a logout, a password change, a revoked token or a
   disabled user end it) and the caller's visibility (a role change ends it): an ``error`` message
   {code: ``unauthorized`` | ``forbidden``, message}, then the end of the stream (close code 1008 on
-  a WebSocket). It renews its connection slot every third of ``LIVE_SLOT_TTL_S``.
-- A send that cannot proceed for ``LIVE_SEND_TIMEOUT_S`` (a client that stopped reading, once
-  ``LIVE_SEND_BUFFER_BYTES`` of kernel buffer are full) ends the connection and frees its slot.
+  a WebSocket). It renews its connection slot every third of ``LIVE_SLOT_TTL_S``; a slot that expired
+  meanwhile (the loop stalled that long) ends it too (``too_many_requests``).
+- A message that cannot be written within ``LIVE_SEND_TIMEOUT_S`` (a client that stopped reading, once
+  ``LIVE_SEND_BUFFER_BYTES`` of kernel buffer are full) ends the connection and frees its slot; an SSE
+  client that closed its end is noticed at the next poll.
 """
 
 from __future__ import annotations
@@ -113,6 +115,13 @@ def _credential(identity: Identity) -> sessions.Credential:
     if credential is None:
         raise Unauthorized()
     return credential
+
+
+def _reidentify(engine: Any, admission: Admission) -> Identity | None:
+    """Who the stream's credential stands for now (``None``: no one any more), as the request that opened
+    it would be identified today."""
+    user = sessions.credential_user(engine, admission.credential)
+    return None if user is None else Identity(user, admission.identity.via)
 
 
 @bp.before_request
@@ -223,10 +232,10 @@ class Stream:
         if now - self._checked_at < self.reauth_s:
             return None
         self._checked_at = now
-        user = sessions.credential_user(self.engine, self.admission.credential)
-        if user is None:
+        identity = _reidentify(self.engine, self.admission)
+        if identity is None:
             return _error("unauthorized", "The credentials this feed was opened with are no longer valid.")
-        if visibility(Identity(user, self.admission.identity.via)) != self.admission.visibility:
+        if visibility(identity) != self.admission.visibility:
             return _error("forbidden", "Your permissions changed; reconnect to go on with the new ones.")
         return None
 
