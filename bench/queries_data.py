@@ -164,7 +164,7 @@ JOB_COLUMNS = (
     "lease_expires_at, run_after, progress, progress_message, result, error, cancel_requested_at, event_seq, "
     "created_at, updated_at, started_at, completed_at, retry_of_job_id, parent_job_id, summary"
 )
-EVENT_COLUMNS = "job_id, sequence, type, data, created_at"
+EVENT_COLUMNS = "job_id, sequence, type, data, created_at, owner_id"
 
 
 def generate(ds: DataSet) -> Iterator[tuple[tuple[Any, ...], list[tuple[Any, ...]]]]:
@@ -266,7 +266,7 @@ def generate(ds: DataSet) -> Iterator[tuple[tuple[Any, ...], list[tuple[Any, ...
                 if error:
                     data["error"] = error
                 events.append((jid, len(events) + 1, "status", json.dumps(data), completed_at))
-        yield row[:25] + (len(events),) + row[26:], events
+        yield row[:25] + (len(events),) + row[26:], [(*event, owner) for event in events]
 
 
 # -- SQLite ------------------------------------------------------------------------------------------
@@ -287,7 +287,7 @@ def load_sqlite(path: str, ds: DataSet, log: Any) -> None:
         conn.execute("DROP TRIGGER jobs_search_insert")
         marks = ", ".join("?" * 33)
         jobs_sql = f"INSERT INTO jobs ({JOB_COLUMNS}) VALUES ({marks})"
-        events_sql = f"INSERT INTO job_events ({EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?)"
+        events_sql = f"INSERT INTO job_events ({EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)"
         t = time.monotonic()
         batch_jobs: list[tuple[Any, ...]] = []
         batch_events: list[tuple[Any, ...]] = []

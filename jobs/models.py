@@ -223,8 +223,15 @@ class JobEvent(Base):
     #: the live feed's change cursor (revision 0009; see jobs.read_store.event_changes_after).
     change_xid: Mapped[int | None] = mapped_column(BigInteger)
     change_id: Mapped[int | None] = mapped_column(BigInteger)
+    #: The job's owner, written with the event (revision 0018): one owner's change feed is an index range.
+    owner_id: Mapped[str | None] = mapped_column(String(200))
 
-    __table_args__ = (CheckConstraint("sequence >= 1", name="sequence_positive"),)
+    __table_args__ = (
+        CheckConstraint("sequence >= 1", name="sequence_positive"),
+        # One owner's events in change-feed order (SQLite: the change columns are NULL, the implicit rowid
+        # is the position).
+        Index("ix_job_events_owner", "owner_id", "change_xid", "change_id"),
+    )
 
 
 class Idempotency(Base):
@@ -321,6 +328,35 @@ class RetentionMark(Base):
 
     name: Mapped[str] = mapped_column(String(64), primary_key=True)
     value: Mapped[int] = mapped_column(BigInteger)
+
+
+class LiveFeed(Base):
+    """A feed a live-feed subscriber opened (``jobs/feeds.py``): its cursors are ``<id>.<n>``.
+
+    ``anchor``: the change-feed position it started at; ``mark``: a position by which the feed had
+    delivered exactly ``mark_seq`` notices (every event of ``owner_id`` — NULL: of everyone — in
+    ``(anchor, mark]``). Positions are :mod:`jobs.read_store`'s: ``(rowid, 0)`` on SQLite,
+    ``(change_xid, change_id)`` on PostgreSQL.
+    """
+
+    __tablename__ = "live_feeds"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    #: The identity that opened it; only that identity resumes it.
+    subscriber: Mapped[str] = mapped_column(String(200))
+    owner_id: Mapped[str | None] = mapped_column(String(200))
+    anchor_a: Mapped[int] = mapped_column(BigInteger)
+    anchor_b: Mapped[int] = mapped_column(BigInteger)
+    mark_seq: Mapped[int] = mapped_column(BigInteger)
+    mark_a: Mapped[int] = mapped_column(BigInteger)
+    mark_b: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[int] = mapped_column(BigInteger)
+    updated_at: Mapped[int] = mapped_column(BigInteger)
+
+    __table_args__ = (
+        CheckConstraint("mark_seq >= 0", name="mark_seq_positive"),
+        Index("ix_live_feeds_subscriber_updated_at", "subscriber", "updated_at"),
+    )
 
 
 metadata = Base.metadata

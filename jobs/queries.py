@@ -363,11 +363,13 @@ class CursorUnknown(ValueError):
         self.head = head
 
 
-def _encode(position: tuple[int, int]) -> str:
+def encode_position(position: tuple[int, int]) -> str:
+    """A change-feed position as its cursor string (``123`` on SQLite, ``xid.id`` on PostgreSQL)."""
     return str(position[0]) if position[1] == 0 else f"{position[0]}.{position[1]}"
 
 
-def _decode(cursor: str) -> tuple[int, int]:
+def decode_position(cursor: str) -> tuple[int, int]:
+    """The position a change cursor names; raises ValueError for a malformed one."""
     a, dot, b = cursor.partition(".")
     if not a.isdigit() or len(a) > 19 or (dot and (not b.isdigit() or len(b) > 19)):
         raise ValueError("malformed change cursor")
@@ -377,7 +379,7 @@ def _decode(cursor: str) -> tuple[int, int]:
 def change_head(engine: Engine) -> str:
     """The cursor after every change visible now (where a new subscriber starts)."""
     with db.read(engine) as conn:
-        return _encode(read_store.head_position(conn))
+        return encode_position(read_store.head_position(conn))
 
 
 def changes_after(
@@ -395,17 +397,24 @@ def changes_after(
     """
     if not is_admin and owner_id is None:
         raise ValueError("owner_id is required unless is_admin")
-    position = _decode(cursor)
+    position = decode_position(cursor)
     with db.read(engine) as conn:
-        head = read_store.head_position(conn)
-        if position > head:
-            raise CursorUnknown(_encode(head))
-        if position < retention_store.pruned_position(conn):
-            raise CursorExpired(_encode(head))
-        rows, end = read_store.event_changes_after(
-            conn, position, None if is_admin else owner_id, max(1, min(limit, MAX_CHANGES))
-        )
-    return ChangePage([_change(r) for r in rows], _encode(end))
+        changes, end = changes_from(conn, position, None if is_admin else owner_id, limit)
+    return ChangePage(changes, encode_position(end))
+
+
+def changes_from(
+    conn: Connection, position: tuple[int, int], owner_id: str | None, limit: int
+) -> tuple[list[JobChange], tuple[int, int]]:
+    """:func:`changes_after` by position, in the caller's read transaction (*owner_id* ``None``: every
+    owner's changes): the changes and the position everything up to which was examined."""
+    head = read_store.head_position(conn)
+    if position > head:
+        raise CursorUnknown(encode_position(head))
+    if position < retention_store.pruned_position(conn):
+        raise CursorExpired(encode_position(head))
+    rows, end = read_store.event_changes_after(conn, position, owner_id, max(1, min(limit, MAX_CHANGES)))
+    return [_change(r) for r in rows], end
 
 
 def _change(r: read_store.ChangeRow) -> JobChange:
@@ -416,7 +425,7 @@ def _change(r: read_store.ChangeRow) -> JobChange:
         except (ValueError, AttributeError):
             pass
     return JobChange(
-        cursor=_encode(r.position),
+        cursor=encode_position(r.position),
         job_id=r.job_id,
         owner_id=r.owner_id,
         sequence=r.sequence,

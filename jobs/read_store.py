@@ -345,9 +345,10 @@ def event_changes_after(
     so a reader's snapshot holds a prefix of them. PostgreSQL positions are ``(change_xid, change_id)``,
     read only below the oldest transaction of this database still running (:data:`_PG_HORIZON`: every
     older one has ended, every later one has a larger xid): nothing can commit behind a position once it
-    was handed out.
+    was handed out. With *owner_id* this reads ``ix_job_events_owner``: that owner's events only, however
+    many other owners' events lie in between.
     """
-    owner = " AND j.owner_id = :owner" if owner_id is not None else ""
+    owner = _owner_events(conn, owner_id)
     params: dict[str, Any] = {"a": after[0], "b": after[1], "owner": owner_id, "limit": limit}
     if conn.dialect.name == "sqlite":
         head = int(conn.execute(text("SELECT coalesce(max(rowid), 0) FROM job_events")).scalar_one())
@@ -378,6 +379,53 @@ def event_changes_after(
     if len(changes) >= limit:
         end = changes[-1].position
     return changes, max(end, after)
+
+
+def _owner_events(conn: Connection, owner_id: str | None) -> str:
+    """The predicate for *owner_id*'s events (none for ``None``) that ``ix_job_events_owner`` serves in
+    position order: on SQLite its change columns are NULL and the implicit rowid follows them."""
+    if owner_id is None:
+        return ""
+    if conn.dialect.name == "sqlite":
+        return " AND e.owner_id = :owner AND e.change_xid IS NULL AND e.change_id IS NULL"
+    return " AND e.owner_id = :owner"
+
+
+def event_position_nth(
+    conn: Connection,
+    owner_id: str | None,
+    n: int,
+    *,
+    after: tuple[int, int] | None = None,
+    upto: tuple[int, int],
+    backward: bool = False,
+) -> tuple[int, int] | None:
+    """The position of the *n*-th event (of *owner_id*'s jobs if given) in ``(after, upto]``: counted from
+    the oldest, or from the newest when *backward*; None when there are fewer than *n*.
+
+    Only positions the feed has handed out are counted from (below the horizon of
+    :func:`event_changes_after`), so the answer never changes — unless retention deleted events in the
+    range, which callers check with :func:`jobs.retention_store.pruned_position`.
+    """
+    params: dict[str, Any] = {"owner": owner_id, "c": upto[0], "d": upto[1], "skip": n - 1}
+    order = "DESC" if backward else ""
+    if conn.dialect.name == "sqlite":
+        lower = "" if after is None else " AND e.rowid > :a"
+        sql = (
+            f"SELECT e.rowid, 0 FROM job_events e WHERE e.rowid <= :c{lower}{_owner_events(conn, owner_id)} "
+            f"ORDER BY e.rowid {order} LIMIT 1 OFFSET :skip"
+        )
+    else:
+        lower = "" if after is None else " AND (e.change_xid, e.change_id) > (:a, :b)"
+        sql = (
+            "SELECT e.change_xid, e.change_id FROM job_events e WHERE (e.change_xid, e.change_id) <= (:c, :d)"
+            f"{lower}{_owner_events(conn, owner_id)} "
+            f"ORDER BY e.change_xid {order}, e.change_id {order} LIMIT 1 OFFSET :skip"
+        )
+    if after is not None:
+        params.update(a=after[0], b=after[1])
+    row = conn.execute(text(sql), params).first()
+    return None if row is None else (int(row[0]), int(row[1]))
 
 
 #: The change id that no event reaches: ``(xid, _MAX_ID)`` stands after every event of transaction *xid*.

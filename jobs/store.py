@@ -549,16 +549,22 @@ def job_recover_finish(
 
 
 # -- events ------------------------------------------------------------------------------------------
+#: An event carries its job's owner (revision 0018: one owner's change feed is an index range); the
+#: job row is already locked by the transaction that reserved the event's sequence.
+_EVENT_OWNER = "(SELECT owner_id FROM jobs WHERE id = {job})"
+
+
 def event_insert(
     conn: Connection | sqlite3.Connection, job_id: str, sequence: int, type_: str, data: str, now: int
 ) -> None:
     _exec(
         conn,
         (
-            "INSERT INTO job_events (job_id, sequence, type, data, created_at) "
-            "VALUES (:job_id, :sequence, :type, :data, :now)"
+            "INSERT INTO job_events (job_id, sequence, type, data, created_at, owner_id) "
+            f"VALUES (:job_id, :sequence, :type, :data, :now, {_EVENT_OWNER.format(job=':owner_of')})"
         ),
-        {"job_id": job_id, "sequence": sequence, "type": type_, "data": data, "now": now},
+        # The id bound twice under two names: PostgreSQL deduces one type per parameter and use.
+        {"job_id": job_id, "sequence": sequence, "type": type_, "data": data, "now": now, "owner_of": job_id},
     )
 
 
@@ -567,10 +573,11 @@ def event_insert_many(conn: sqlite3.Connection, rows: list[tuple[str, int, str, 
 
     *rows*: ``(job_id, sequence, type, data, created_at)``."""
     if rows:
+        owner = _EVENT_OWNER.format(job="?")
         conn.execute(
-            "INSERT INTO job_events (job_id, sequence, type, data, created_at) VALUES "
-            + ",".join("(?,?,?,?,?)" for _ in rows),
-            tuple(value for row in rows for value in row),
+            "INSERT INTO job_events (job_id, sequence, type, data, created_at, owner_id) VALUES "
+            + ",".join(f"(?,?,?,?,?,{owner})" for _ in rows),
+            tuple(value for row in rows for value in (*row, row[0])),
         )
 
 

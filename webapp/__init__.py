@@ -39,6 +39,16 @@ DEFAULTS: dict[str, Any] = {
     "LIVE_POLL_S": 0.5,
     "LIVE_MAX_BACKLOG": 1000,
     "LIVE_RETRY_AFTER_S": 5,
+    #: How often an open stream checks that its credentials and permissions still hold.
+    "LIVE_REAUTH_S": 1.0,
+    #: A connection's slot in the per-identity limit expires this long after its last renewal (a killed
+    #: web process's connections stop counting then); the stream renews it every third of this.
+    "LIVE_SLOT_TTL_S": 30.0,
+    #: A send that cannot proceed for this long ends the connection (a client that stopped reading).
+    "LIVE_SEND_TIMEOUT_S": 10.0,
+    #: The kernel's send buffer of a live connection: what a client that stopped reading is owed at most
+    #: before a send blocks.
+    "LIVE_SEND_BUFFER_BYTES": 65536,
     #: How long a WebSocket client has to send its first message (the cursor) before it is closed.
     "LIVE_SUBSCRIBE_TIMEOUT_S": 10.0,
     "SOCK_SERVER_OPTIONS": {"ping_interval": 25, "max_message_size": 65536},
@@ -165,7 +175,9 @@ def _build_services(app: Flask):  # type: ignore[no-untyped-def]
         broker=broker,
         settings=settings,
         jobs=gateway,
-        feed_limits=FeedLimits(int(cfg["LIVE_MAX_CONNECTIONS"]), int(cfg["LIVE_MAX_PER_IDENTITY"])),
+        feed_limits=FeedLimits(
+            engine, int(cfg["LIVE_MAX_CONNECTIONS"]), int(cfg["LIVE_MAX_PER_IDENTITY"]), float(cfg["LIVE_SLOT_TTL_S"])
+        ),
         output_root=Path(getattr(settings, "output_root", "var/outputs")),
     )
 

@@ -25,6 +25,7 @@ from wtforms import PasswordField, StringField
 from wtforms.validators import DataRequired, Length
 
 import accounts
+from accounts import sessions
 
 from .errors import Forbidden, Unauthorized
 from .services import services
@@ -63,13 +64,15 @@ class Identity(UserMixin):
         return f"user:{self.user.id}"
 
 
+#: The session cookie's key for the login session's secret (accounts.sessions): without a live session
+#: on the server the cookie authenticates nobody, so a logout or a password change ends it everywhere.
+SESSION_SECRET = "tenure_session"
+
+
 @login_manager.user_loader
 def _load_user(user_id: str) -> Identity | None:
-    try:
-        user = accounts.get_user(services().engine, int(user_id))
-    except ValueError:
-        return None
-    return Identity(user, "session") if user else None
+    user = sessions.session_user(services().engine, session.get(SESSION_SECRET))
+    return Identity(user, "session") if user is not None and str(user.id) == user_id else None
 
 
 def _from_authorization_header() -> Identity | None | bool:
@@ -172,14 +175,17 @@ def login():
         if user is None:
             flash("Invalid user name or password.", "error")
             return render_template("login.html", form=form)
+        secret = sessions.start_session(services().engine, user.id)
         session.clear()  # a fresh session on login: no fixation
         login_user(Identity(user, "session"))
+        session[SESSION_SECRET] = secret
         return redirect(_safe_next(request.args.get("next")))
     return render_template("login.html", form=form)
 
 
 @bp.route("/logout", methods=["POST"])
 def logout():
+    sessions.end_session(services().engine, session.get(SESSION_SECRET))
     logout_user()
     session.clear()
     flash("You are logged out.", "info")

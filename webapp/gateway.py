@@ -122,7 +122,8 @@ class EventView:
 
 @dataclass(frozen=True)
 class Notice:
-    """One item of the live feed: something happened to a job. ``id`` is its change cursor (a token)."""
+    """One item of the live feed: something happened to a job. ``id`` is the subscriber's feed cursor
+    (``<feed>.<n>``; a progress notice's is where the feed stands)."""
 
     id: str
     job_id: str
@@ -132,6 +133,8 @@ class Notice:
     progress: float | None = None
     message: str | None = None
     created_at: datetime | None = None
+    #: The job event's sequence (per job, gap-free): ``GET /api/v1/jobs/{id}/events`` has it. None for progress.
+    sequence: int | None = None
 
 
 @dataclass(frozen=True)
@@ -259,11 +262,11 @@ class ScheduleView:
     fires: tuple[FireView, ...] = ()
 
 
-class CursorExpired(Exception):
-    """The feed cursor points before the oldest retained notice (or is not one this database handed
-    out: *unknown*); the client must resync from *head*."""
+class FeedLost(Exception):
+    """A live-feed cursor cannot be continued exactly: the subscriber must reload its snapshot and go on
+    from a new feed. ``reason``: ``cursor_unknown`` (not a cursor of this subscriber's feeds),
+    ``cursor_expired`` (retention deleted events after it) or ``behind`` (too far back to count)."""
 
-    def __init__(self, head: str, *, unknown: bool = False) -> None:
-        super().__init__(f"cursor {'unknown' if unknown else 'expired'}; head is {head}")
-        self.head = head
-        self.unknown = unknown
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason

@@ -2,11 +2,11 @@
 
 Everything here calls ``jobs`` services and turns their records and errors into the web layer's
 (:mod:`webapp.gateway`, :mod:`webapp.errors`); no SQL. Every filter, search, count and chart is the
-job layer's SQL (:mod:`jobs.queries`), exact at any table size. The live feed's notices are the job
-layer's commit-ordered change feed (``jobs.queries.changes_after``: a cursor minted by one web
-process resumes in any other, on SQLite and PostgreSQL). Progress writes no event: it comes from
-:class:`ProgressWatcher`, a per-process poller over the running jobs, as best-effort notices that
-carry the current cursor (never replayed; the job's state is re-read anyway).
+job layer's SQL (:mod:`jobs.queries`), exact at any table size. The live feed's notices come from the
+job layer's feeds (:mod:`jobs.feeds`): one per subscriber over the commit-ordered change feed, whose
+cursor (``<feed>.<n>``) resumes in any web process on any host, on SQLite and PostgreSQL. Progress
+writes no event: it comes from :class:`ProgressWatcher`, a per-process poller over the running jobs,
+as best-effort notices that carry the current cursor (never replayed; the job's state is re-read anyway).
 """
 
 from __future__ import annotations
@@ -25,13 +25,12 @@ from pathlib import Path
 from typing import Any
 
 import jobs as joblayer
+from jobs import feeds
 from jobs.queries import (
     CursorUnknown,
     JobFilter,
     activity,
     admission_usage,
-    change_head,
-    changes_after,
     count_jobs,
     page_jobs,
     steps_of,
@@ -46,8 +45,8 @@ from .gateway import (
     ActivityBucket,
     AttemptView,
     Cue,
-    CursorExpired,
     EventView,
+    FeedLost,
     FieldSpec,
     FireView,
     JobQuery,
@@ -289,31 +288,49 @@ class JobLayerGateway:
         return count_jobs(self.engine, _filter(scope, query), owner_id=scope or "", is_admin=scope is None)
 
     # -- live feed -----------------------------------------------------------------------------
-    def notices(self, scope: str | None, *, after: str, limit: int) -> tuple[list[Notice], str]:
-        """Notices after cursor *after* visible to *scope*, oldest first, and the cursor to resume from
-        (past others' notices). Raises :class:`CursorExpired` (resync) or ValueError (not a cursor)."""
-        try:
-            page = changes_after(self.engine, after, owner_id=scope, is_admin=scope is None, limit=limit)
-        except (joblayer.CursorExpired, CursorUnknown) as exc:
-            raise CursorExpired(exc.head, unknown=isinstance(exc, CursorUnknown)) from None
-        notices = [
-            Notice(
-                c.cursor,
-                c.job_id,
-                c.owner_id,
-                "status" if c.type == "status" else "event",
-                c.status,
-                c.progress,
-                c.progress_message,
-                c.created_at,
-            )
-            for c in page.items
-        ]
-        return notices, page.cursor
+    def open_feed(self, subscriber: str, scope: str | None) -> feeds.Feed:
+        """A new live feed for *subscriber* of *scope*'s jobs (``None``: all), starting now."""
+        return feeds.open_feed(self.engine, subscriber, scope)
 
-    def head(self) -> str:
-        """The cursor after every notice visible now."""
-        return change_head(self.engine)
+    def resume_feed(self, cursor: str, subscriber: str, scope: str | None) -> feeds.Feed:
+        """*subscriber*'s feed that *cursor* names, just after it. Raises :class:`FeedLost` when it cannot
+        continue exactly, ValueError for a malformed cursor."""
+        try:
+            return feeds.resume_feed(self.engine, cursor, subscriber, scope)
+        except CursorUnknown:
+            raise FeedLost("cursor_unknown") from None
+        except joblayer.CursorExpired:
+            raise FeedLost("cursor_expired") from None
+        except feeds.FeedBehind:
+            raise FeedLost("behind") from None
+
+    def feed_notices(self, feed: feeds.Feed, *, limit: int) -> list[Notice]:
+        """The feed's next notices (at most *limit*), oldest first; advances *feed*. Raises :class:`FeedLost`."""
+        try:
+            changes = feeds.next_changes(self.engine, feed, limit)
+        except CursorUnknown:
+            raise FeedLost("cursor_unknown") from None
+        except joblayer.CursorExpired:
+            raise FeedLost("cursor_expired") from None
+        return [
+            Notice(
+                f.cursor,
+                f.change.job_id,
+                f.change.owner_id,
+                "status" if f.change.type == "status" else "event",
+                f.change.status,
+                f.change.progress,
+                f.change.progress_message,
+                f.change.created_at,
+                f.change.sequence,
+            )
+            for f in changes
+        ]
+
+    def mark_feed(self, feed: feeds.Feed, *, now_ms: int | None = None) -> None:
+        """Record where *feed* stands when due (``now_ms`` given) or now (``None``: the connection ends)."""
+        if now_ms is None or feeds.mark_due(feed, now_ms):
+            feeds.mark_feed(self.engine, feed)
 
     def progress_notices(self, scope: str | None, *, after: int | None) -> tuple[list[Notice], int]:
         """Best-effort progress notices of running jobs after a per-process position (``None``: from now)."""
@@ -484,8 +501,11 @@ class ProgressWatcher:
 
     Progress writes no event (the change feed carries every status and event notice). Every
     ``poll_s`` this reads the running jobs and raises a notice for each one whose progress or status
-    line changed since the last poll. Positions are ``prefix * 10**9 + n`` with a random per-process
-    prefix, never sent to clients: a position from another process is recognised and restarts from now.
+    line changed since the last poll — or that started running since then and already reported
+    progress (a claim clears it). The first poll, the baseline, runs when the first subscriber
+    arrives, before it takes its position, so a change made after that is never mistaken for the
+    baseline. Positions are ``prefix * 10**9 + n`` with a random per-process prefix, never sent to
+    clients: a position from another process is recognised and restarts from now.
     """
 
     ACTIVE_LIMIT = 500
@@ -497,28 +517,30 @@ class ProgressWatcher:
         self.prefix = random.randrange(1, 9_000_000)
         self._counter = itertools.count(1)
         self._ring: deque[tuple[int, Notice]] = deque(maxlen=self.RETAIN)
-        self._seen: dict[str, tuple[Any, ...]] = {}
+        self._seen: dict[str, tuple[Any, ...]] | None = None
         self._lock = threading.Lock()
         self._poll_lock = threading.Lock()
+        self._start_lock = threading.Lock()
         self._thread: threading.Thread | None = None
-        self._primed = threading.Event()
 
     def _start(self) -> None:
-        with self._lock:
+        with self._start_lock:
             if self._thread is not None:
                 return
+            self._poll_guarded()  # the baseline, before the first subscriber takes its position
             self._thread = threading.Thread(target=self._run, name="tenure-progress-watch", daemon=True)
             self._thread.start()
-        self._primed.wait(timeout=5)
 
     def _run(self) -> None:
         while True:
-            try:
-                self.poll_once()
-            except Exception:  # a busy or restarting database must not kill the feed
-                logger.warning("Progress poll failed; retrying.", exc_info=True)
-            self._primed.set()
             time.sleep(self.poll_s)
+            self._poll_guarded()
+
+    def _poll_guarded(self) -> None:
+        try:
+            self.poll_once()
+        except Exception:  # a busy or restarting database must not kill the feed
+            logger.warning("Progress poll failed; retrying.", exc_info=True)
 
     def poll_once(self) -> None:
         """Compare the running jobs with the last poll and record a notice for each progress change."""
@@ -530,14 +552,17 @@ class ProgressWatcher:
                 where=JobFilter(statuses=("running",)),
                 limit=self.ACTIVE_LIMIT,
             )
-            first = not self._primed.is_set()
+            baseline = self._seen is None
+            previous = self._seen or {}
             seen: dict[str, tuple[Any, ...]] = {}
             for r in running:
                 state = (r.attempt, r.progress, r.progress_message)
                 seen[r.id] = state
-                before = self._seen.get(r.id)
-                if first or before is None or before == state or before[0] != state[0]:
-                    continue  # a new attempt starts with a status event, which the change feed carries
+                before = previous.get(r.id)
+                if baseline or before == state:
+                    continue
+                if (before is None or before[0] != state[0]) and state[1:] == (None, None):
+                    continue  # an attempt that has reported nothing yet: its status event says it started
                 notice = Notice(
                     "", r.id, r.owner_id, "progress", "running", r.progress, r.progress_message, datetime.now(UTC)
                 )

@@ -22,7 +22,7 @@ job's message when the transaction that wrote it commits instead of at its next 
 already waiting for their dependencies are marked ``held = 'steps'``.
 
 Revision ID: 0019
-Revises: 0016
+Revises: 0018
 Create Date: 2026-12-06
 """
 
@@ -34,7 +34,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0019"
-down_revision: str | Sequence[str] | None = "0016"
+down_revision: str | Sequence[str] | None = "0018"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

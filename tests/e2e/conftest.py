@@ -106,7 +106,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 @pytest.fixture(scope="module")
-def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+def deployment(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     import accounts
     from jobs import schema
     from jobs.db import make_engine
@@ -136,6 +136,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
         "TENURE_WEB_WORKERS": "2",
         "TENURE_WEB_THREADS": "16",
     }
+    env.update(getattr(request.module, "DEPLOYMENT_ENV", {}))  # a module's own settings (its docstring says why)
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
     dep = Deployment(f"http://127.0.0.1:{port}", tmp, env, ("admin", admin_pw), ("ursula", user_pw), admin_token)
     gunicorn = str(Path(sys.executable).with_name("gunicorn"))

@@ -30,6 +30,7 @@ JOB_TABLES = frozenset(metadata.tables) & {
     "job_dependencies",
     "retention_marks",
     "rate_starts",
+    "live_feeds",
 }
 
 
@@ -130,3 +131,56 @@ def test_revision_0001_holds_the_broker_schema_it_was_written_for() -> None:
     spec.loader.exec_module(rev)
     assert SCHEMA_VERSION == 1, "the broker schema moved on: add a revision that applies it, then update this test"
     assert rev._statements(rev.BROKER_SCHEMA_V1) == rev._statements(broker.schema_sql())
+
+
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.services)])
+def test_revision_0018_gives_existing_events_their_owner(tmp_path: Path, backend: str) -> None:
+    """Events written before revision 0018 get their job's owner (a user's feed reads them by owner), and
+    the revision's accounts tables are what accounts' metadata says."""
+    from contextlib import nullcontext
+
+    from alembic import command
+    from sqlalchemy import text
+
+    import accounts.session_store  # noqa: F401  (their tables join accounts' metadata)
+    import accounts.slot_store  # noqa: F401
+    from accounts.store import metadata as accounts_metadata
+    from jobs.schema import alembic_config
+    from tests.integration.jobs.support import postgres_database
+
+    database = nullcontext(f"sqlite:///{tmp_path / 'm.db'}") if backend == "sqlite" else postgres_database()
+    with database as url:
+        command.upgrade(alembic_config(url), "0016")
+        engine = make_engine(url)
+        try:
+            with engine.begin() as conn:
+                for job_id, owner in (("j1", "7"), ("j2", "scheduler")):
+                    conn.execute(
+                        text(
+                            "INSERT INTO jobs (id, owner_id, kind, actor_name, queue_name, request_digest, payload, "
+                            "config, priority, status, attempt, max_attempts, timeout_s, safe_to_rerun, run_after, "
+                            "event_seq, created_at, updated_at) VALUES (:id, :owner, 'k', 'a', 'q', 'd', '{}', '{}', "
+                            "0, 'queued', 0, 1, 60, :safe, 0, 1, 0, 0)"
+                        ),
+                        {"id": job_id, "owner": owner, "safe": True},
+                    )
+                    conn.execute(
+                        text(
+                            "INSERT INTO job_events (job_id, sequence, type, data, created_at) "
+                            "VALUES (:id, 1, 'status', '{}', 0)"
+                        ),
+                        {"id": job_id},
+                    )
+            assert schema.upgrade(url) == schema.head_revision()
+            with engine.connect() as conn:
+                owners = dict(conn.execute(text("SELECT job_id, owner_id FROM job_events")).all())
+
+                def only_new(obj, name, type_, reflected, compare_to):  # type: ignore[no-untyped-def]
+                    table = name if type_ == "table" else getattr(getattr(obj, "table", None), "name", None)
+                    return table in ("login_sessions", "live_slots")
+
+                ctx = MigrationContext.configure(conn, opts={"compare_type": True, "include_object": only_new})
+                assert compare_metadata(ctx, accounts_metadata) == []
+        finally:
+            engine.dispose()
+    assert owners == {"j1": "7", "j2": "scheduler"}

@@ -12,7 +12,7 @@ from jobs.db import make_engine
 from jobs.registry import Registry
 from settings.environment import Settings
 from webapp.errors import Conflict, Invalid, JobNotFoundError, NotFound
-from webapp.gateway import JobQuery
+from webapp.gateway import FeedLost, JobQuery
 from webapp.jobs_adapter import JobLayerGateway
 
 
@@ -156,29 +156,29 @@ def test_list_filters_pagination_and_count(gateway) -> None:  # type: ignore[no-
         gateway.list_jobs("1", JobQuery(), cursor="garbage", limit=10)
 
 
-def test_global_change_feed_notices(gateway) -> None:  # type: ignore[no-untyped-def]
-    head = gateway.head()
+def test_live_feed_notices(gateway) -> None:  # type: ignore[no-untyped-def]
+    feed = gateway.open_feed("user:1", "1")
+    everything = gateway.open_feed("user:9", None)
+    start = feed.cursor
     mine, _ = _submit(gateway, owner="1")
     theirs, _ = _submit(gateway, owner="2")
-    notices, scanned = gateway.notices("1", after=head, limit=10)
-    assert [(n.job_id, n.status, n.type) for n in notices] == [(mine.id, "queued", "status")]
-    assert int(scanned) == int(head) + 2 and scanned == gateway.head()  # past bob's change too
-    everything, _ = gateway.notices(None, after=head, limit=10)
-    assert [n.job_id for n in everything] == [mine.id, theirs.id]
+    notices = gateway.feed_notices(feed, limit=10)
+    assert [(n.job_id, n.status, n.type, n.id) for n in notices] == [(mine.id, "queued", "status", f"{start[:16]}.1")]
+    assert [n.job_id for n in gateway.feed_notices(everything, limit=10)] == [mine.id, theirs.id]
     gateway.cancel("1", mine.id, by="1")
-    later, _ = gateway.notices("1", after=scanned, limit=10)
-    assert [(n.job_id, n.status) for n in later] == [(mine.id, "cancelled")]
-    # The change feed is the job layer's: a second gateway (another process) resumes the same cursor.
+    gateway.mark_feed(feed)
+    later = gateway.feed_notices(feed, limit=10)
+    assert [(n.job_id, n.status) for n in later] == [(mine.id, "cancelled")] and feed.cursor == later[0].id
+    # The feed is the job layer's: a second gateway (another process) resumes its cursor.
     other = JobLayerGateway(engine=gateway.engine, broker=gateway.broker, settings=gateway.settings)
-    assert other.notices("1", after=scanned, limit=10)[0] == later
-    limited, position = gateway.notices(None, after=head, limit=1)
-    assert len(limited) == 1 and position == limited[0].id
-    from jobs.queries import changes_after
-
-    page = changes_after(gateway.engine, "0", owner_id="1", limit=10)
-    items = page.items
-    assert page.cursor == gateway.head() and {c.job_id for c in items} == {mine.id}
-    assert not hasattr(items[0], "data") and not hasattr(items[0], "payload")
+    resumed = other.resume_feed(notices[0].id, "user:1", "1")
+    assert other.feed_notices(resumed, limit=10) == later
+    # Only for the subscriber whose feed it is, seeing what it saw.
+    for subscriber, scope in (("user:2", "1"), ("user:1", None)):
+        with pytest.raises(FeedLost) as lost:
+            other.resume_feed(notices[0].id, subscriber, scope)
+        assert lost.value.reason == "cursor_unknown"
+    assert not hasattr(later[0], "data") and not hasattr(later[0], "payload")
 
 
 def test_output_files(gateway, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -2,7 +2,13 @@
 // Each notice names a job; every element on the page with data-live-job="<id>" (or data-live-jobs
 // listing it) is re-fetched from its data-live-src (a server-rendered partial) and swapped in. A
 // resync refreshes everything.
-// Without the feed (refused, proxy, offline) the page polls every data-poll-s seconds instead.
+// Manners (docs/api.md, "Live feed"):
+// - resume: a reconnect sends the last cursor seen as its first frame, so nothing in between is lost;
+// - a refused handshake is asked about with HEAD /api/v1/live.sse (a browser cannot read the status of
+//   a refused WebSocket): 429 waits Retry-After seconds; 401/403 stops (signed out);
+// - 2.5 heartbeats (25 s by default) without any message: the connection is dead; open another;
+// - while the page is hidden: no connection, no polling, no retry; when it shows again, resume.
+// Without the feed (refused, proxy, offline) a visible page polls every data-poll-s seconds instead.
 (function () {
   "use strict";
   const body = document.body;
@@ -10,8 +16,15 @@
   const pollMs = (Number(body.dataset.pollS) || 30) * 1000;
   const state = document.getElementById("live-state");
   let cursor = null;
+  let socket = null;
   let pollTimer = null;
+  let retryTimer = null;
+  let watchdog = null;
   let backoffMs = 1000;
+  let silenceMs = 25000; // until a hello names the heartbeat: 2.5 heartbeats of 10 s
+  let heardAt = 0;
+  let signedOut = false;
+  let notBefore = 0; // no connection attempt before this time (Retry-After, backoff)
   let listTimer = null;
 
   function show(text, on) {
@@ -54,7 +67,7 @@
   }
 
   function startPolling() {
-    if (pollTimer) return;
+    if (pollTimer || document.hidden || signedOut) return;
     pollTimer = setInterval(refreshAll, pollMs);
   }
 
@@ -63,7 +76,52 @@
     pollTimer = null;
   }
 
+  function retryIn(ms) {
+    if (retryTimer) clearTimeout(retryTimer);
+    notBefore = Date.now() + ms;
+    retryTimer = setTimeout(function () {
+      retryTimer = null;
+      connect();
+    }, ms);
+  }
+
+  function nextBackoff() {
+    const ms = backoffMs;
+    backoffMs = Math.min(backoffMs * 2, 60000);
+    return ms;
+  }
+
+  function drop() {
+    // Let go of the current connection without waiting for its closing handshake (it may be dead).
+    if (!socket) return;
+    const old = socket;
+    socket = null;
+    old.onopen = old.onmessage = old.onclose = null;
+    try { old.close(); } catch (e) { /* already closed */ }
+    if (watchdog) clearInterval(watchdog);
+    watchdog = null;
+  }
+
+  function ask() {
+    // Why was the handshake refused? The same admission, connecting nothing.
+    fetch("/api/v1/live.sse", { method: "HEAD", credentials: "same-origin", cache: "no-store" })
+      .then(function (r) {
+        if (r.status === 429) {
+          const seconds = Number(r.headers.get("Retry-After"));
+          retryIn((seconds > 0 ? seconds : 5) * 1000 + Math.random() * 1000);
+        } else if (r.status === 401 || r.status === 403) {
+          signedOut = true;
+          stopPolling();
+          show("○ signed out", false);
+        } else {
+          retryIn(nextBackoff());
+        }
+      })
+      .catch(function () { retryIn(nextBackoff()); });
+  }
+
   function connect() {
+    if (socket || document.hidden || signedOut) return;
     const scheme = window.location.protocol === "https:" ? "wss://" : "ws://";
     let ws;
     try {
@@ -72,14 +130,22 @@
       startPolling();
       return;
     }
+    socket = ws;
+    let opened = false;
     ws.onopen = function () {
+      opened = true;
       // The first frame says where to resume (the feed refuses query parameters); null: from now.
       ws.send(JSON.stringify({ cursor: cursor }));
-      backoffMs = 1000;
-      stopPolling();
-      show("● live", true);
+      heardAt = Date.now();
+      watchdog = setInterval(function () {
+        if (Date.now() - heardAt > silenceMs) {
+          drop(); // silent for too long: a dead connection (heartbeats count as data)
+          connect();
+        }
+      }, 1000);
     };
     ws.onmessage = function (event) {
+      heardAt = Date.now();
       let m;
       try { m = JSON.parse(event.data); } catch (e) { return; }
       if (m.type === "notice") {
@@ -88,19 +154,43 @@
       } else if (m.type === "resync") {
         cursor = m.cursor;
         refreshAll();
-      } else if (typeof m.cursor === "string") {
-        const reconnecting = cursor !== null && m.type === "hello";
+      } else if (m.type === "hello") {
+        const reconnecting = cursor !== null;
         cursor = m.cursor;
+        if (m.heartbeat_s > 0) silenceMs = 2500 * m.heartbeat_s;
+        backoffMs = 1000;
+        stopPolling();
+        show("● live", true);
         if (reconnecting) refreshAll();
+      } else if (typeof m.cursor === "string") {
+        cursor = m.cursor;
       }
     };
     ws.onclose = function () {
+      if (socket !== ws) return;
+      drop();
+      if (document.hidden) return; // quiet; visibilitychange resumes
       show("○ polling every " + pollMs / 1000 + " s", false);
       startPolling();
-      setTimeout(connect, backoffMs);
-      backoffMs = Math.min(backoffMs * 2, 60000);
+      if (opened) retryIn(nextBackoff());
+      else ask();
     };
   }
+
+  document.addEventListener("visibilitychange", function () {
+    if (document.hidden) {
+      // Nothing while nobody looks: no connection, no polling, no retries.
+      if (retryTimer) clearTimeout(retryTimer);
+      retryTimer = null;
+      drop();
+      stopPolling();
+      show("○ paused", false);
+    } else {
+      // Resumes after the last cursor seen (the notices missed meanwhile arrive), once a wait the
+      // server asked for is over.
+      retryIn(Math.max(0, notBefore - Date.now()));
+    }
+  });
 
   document.addEventListener("change", function (event) {
     if (event.target && event.target.id === "select-all") {
@@ -110,5 +200,7 @@
     }
   });
 
-  if ("WebSocket" in window) connect(); else startPolling();
+  if (!("WebSocket" in window)) startPolling();
+  else if (!document.hidden) connect();
+  else show("○ paused", false);
 })();

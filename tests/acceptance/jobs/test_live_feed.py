@@ -82,10 +82,11 @@ class Pools:
 
 
 class Writer:
-    """One writer thread's operations; every state move is a transition inside a ``db.write`` transaction."""
+    """One writer thread's operations; every state move is a transition inside a ``db.write`` transaction.
+    Its jobs belong to one of *owners*, drawn at random."""
 
-    def __init__(self, env: JobEnv, pools: Pools, seed: int) -> None:
-        self.env, self.pools, self.rng = env, pools, random.Random(seed)
+    def __init__(self, env: JobEnv, pools: Pools, seed: int, owners: tuple[str, ...]) -> None:
+        self.env, self.pools, self.rng, self.owners = env, pools, random.Random(seed), owners
 
     def run(self) -> None:
         for _ in range(OPS_PER_WRITER):
@@ -95,7 +96,7 @@ class Writer:
                 self.pools.ops += 1
 
     def submit(self) -> None:
-        job = self.env.submit(KIND, payload={"n": self.rng.randrange(1000)})
+        job = self.env.submit(KIND, owner_id=self.rng.choice(self.owners), payload={"n": self.rng.randrange(1000)})
         self.pools.put(queued=job.id)
 
     def claim(self) -> None:
@@ -187,7 +188,7 @@ def _start_web(procs: Procs, env: JobEnv, name: str) -> int:
         "TENURE_WEB_LIVE_HEARTBEAT_S": "0.2",
         "PORT": str(port),
         "TENURE_WEB_WORKERS": "1",
-        "TENURE_WEB_THREADS": "4",
+        "TENURE_WEB_THREADS": "12",  # live feeds per process: threads - 8 (gunicorn.conf.py)
     }
     gunicorn = str(Path(sys.executable).with_name("gunicorn"))
     procs.start(name, [gunicorn, "-c", "gunicorn.conf.py", "webapp:create_app()"], web_env)
@@ -195,6 +196,15 @@ def _start_web(procs: Procs, env: JobEnv, name: str) -> int:
 
 
 # -- the client --------------------------------------------------------------------------------------
+@dataclass
+class Client:
+    """A subscriber: its token, the owner id of its jobs, and what it received."""
+
+    token: str
+    owner: str
+    got: Received = field(default_factory=lambda: Received())
+
+
 @dataclass
 class Received:
     notices: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (server, data)
@@ -231,36 +241,38 @@ def _read_sse(port: int, token: str, last_id: str | None, got: Received, server:
         conn.close()  # drops the connection mid-stream: the server notices at its next write
 
 
-def _position(cursor: str) -> tuple[int, int]:
-    a, _, b = cursor.partition(".")
-    return int(a), int(b or 0)
-
-
-def _event_rows(env: JobEnv) -> list[tuple[tuple[int, int], str, int, str, str]]:
-    """Every event as (position, job_id, sequence, type, data), in feed order (the table is the record)."""
-    position = "rowid, 0" if env.backend == "sqlite" else "change_xid, change_id"
-    rows = env.sql(f"SELECT {position}, job_id, sequence, type, data FROM job_events ORDER BY 1, 2")
+def _event_rows(env: JobEnv, owner: str | None = None) -> list[tuple[tuple[int, int], str, int, str, str]]:
+    """Every event (of *owner*'s jobs) as (position, job_id, sequence, type, data), in feed order (the
+    table is the record)."""
+    position = "e.rowid, 0" if env.backend == "sqlite" else "e.change_xid, e.change_id"
+    mine = "" if owner is None else " WHERE j.owner_id = :owner"
+    rows = env.sql(
+        f"SELECT {position}, e.job_id, e.sequence, e.type, e.data FROM job_events e JOIN jobs j ON j.id = e.job_id"
+        f"{mine} ORDER BY 1, 2",
+        owner=owner,
+    )
     return [((int(r[0]), int(r[1])), r[2], int(r[3]), r[4], r[5]) for r in rows]
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.services)])
-def deployment(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[JobEnv, Procs, list[int], str]]:
+def deployment(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[tuple[JobEnv, Procs, list[int], Client, Client]]:
     with job_env(request.param, tmp_path) as env, processes(tmp_path) as procs:
         env.declare(KIND, lambda n: n, max_attempts=3)
         admin, _ = accounts.create_user(env.engine, "admin", "live-feed-admin-pw", role="admin")
-        _, token = accounts.create_token(env.engine, admin.id, "live")
+        user, _ = accounts.create_user(env.engine, "ursula", "live-feed-user-pw", role="user")
+        clients = [Client(accounts.create_token(env.engine, who.id, "live")[1], who.owner_id) for who in (admin, user)]
         ports = [_start_web(procs, env, "web-a"), _start_web(procs, env, "web-b")]
         for port in ports:  # both start at once; each is its own gunicorn arbiter and worker process
             wait_for(f"the web server on port {port}", lambda port=port: live(port), 30, procs)
-        yield env, procs, ports, token
+        yield env, procs, ports, clients[0], clients[1]
 
 
 def test_resumed_feed_on_another_process_sees_every_change_once(deployment) -> None:  # type: ignore[no-untyped-def]
-    env, procs, (port_a, port_b), token = deployment
+    env, procs, (port_a, port_b), admin, user = deployment
     pools = Pools()
-    got = Received()
     total_ops = WRITERS * OPS_PER_WRITER
-    hello_seen = threading.Event()
     errors: list[BaseException] = []
 
     def guarded(fn: Callable[[], None]) -> Callable[[], None]:
@@ -272,79 +284,96 @@ def test_resumed_feed_on_another_process_sees_every_change_once(deployment) -> N
 
         return run
 
-    def first_leg() -> None:
-        # Process A: from the head until a third of the writers' operations are done.
-        def stop() -> bool:
-            if got.other:
-                hello_seen.set()
-            return pools.ops >= total_ops // 3 or bool(errors)
+    # Process A: from the head until a third of the writers' operations are done. The admin sees every
+    # job; the user only her own (half of them), through her own feed.
+    def first_leg(client: Client) -> None:
+        _read_sse(port_a, client.token, None, client.got, "a", lambda: pools.ops >= total_ops // 3 or bool(errors))
 
-        _read_sse(port_a, token, None, got, "a", stop)
-
-    reader_a = threading.Thread(target=guarded(first_leg))
-    reader_a.start()
-    assert hello_seen.wait(15), "no hello from process A"
-    writers = [threading.Thread(target=guarded(Writer(env, pools, seed).run)) for seed in range(WRITERS)]
+    readers_a = [threading.Thread(target=guarded(lambda c=c: first_leg(c))) for c in (admin, user)]
+    for reader in readers_a:
+        reader.start()
+    wait_for("hello from process A", lambda: admin.got.other and user.got.other, 15, procs)
+    owners = (user.owner, "someone-else")
+    writers = [threading.Thread(target=guarded(Writer(env, pools, seed, owners).run)) for seed in range(WRITERS)]
     for w in writers:
         w.start()
-    reader_a.join(60)
+    for reader in readers_a:
+        reader.join(60)
     assert not errors, errors
-    resume_from = got.last_id
-    assert resume_from is not None and pools.ops < total_ops, "the first leg should end while writers write"
-    leg_a = len(got.notices)
+    resumed_from = {}
+    for client in (admin, user):
+        resumed_from[client.token] = client.got.last_id
+        assert client.got.last_id is not None and pools.ops < total_ops, "the first leg should end while writers write"
+        assert [m["type"] for m in client.got.other if m["type"] != "heartbeat"] == ["hello"]  # no resync from A
+    leg_a = {c.token: len(c.got.notices) for c in (admin, user)}
 
-    # Process B, resumed with the last id the client saw; read until the feed has passed every event.
-    final_head: list[tuple[int, int]] = []
+    # Process B, resumed with the last id each client saw; read until the feed has served the newest event
+    # the client may see (it serves them in position order: everything before it was served by then, or
+    # never will be).
+    def drained(client: Client) -> Callable[[], bool]:
+        newest: list[tuple[str, int]] = []
 
-    def drained() -> bool:
-        if errors:
-            return True
-        if not final_head:
-            if any(w.is_alive() for w in writers):
-                return False
-            final_head.append(_event_rows(env)[-1][0])
-        beats = [m["cursor"] for m in got.other if m["type"] == "heartbeat"]
-        return bool(beats) and _position(beats[-1]) >= final_head[0]
+        def done() -> bool:
+            if errors:
+                return True
+            if not newest:
+                if any(w.is_alive() for w in writers):
+                    return False
+                newest.append(_event_rows(env, None if client is admin else client.owner)[-1][1:3])
+            return any((n["job_id"], n["sequence"]) == newest[0] for _, n in client.got.notices[-50:])
 
-    assert [m["type"] for m in got.other if m["type"] != "heartbeat"] == ["hello"]  # no resync from A
-    got.other.clear()
-    reader_b = threading.Thread(target=guarded(lambda: _read_sse(port_b, token, resume_from, got, "b", drained)))
-    reader_b.start()
+        return done
+
+    readers_b = []
+    for client in (admin, user):
+        client.got.other.clear()
+        resume = resumed_from[client.token]
+        read = lambda c=client, r=resume: _read_sse(port_b, c.token, r, c.got, "b", drained(c))  # noqa: E731
+        readers_b.append(threading.Thread(target=guarded(read)))
+    for reader in readers_b:
+        reader.start()
     for w in writers:
         w.join(60)
-    reader_b.join(60)
+    for reader in readers_b:
+        reader.join(60)
     assert not errors, errors
-    assert not reader_b.is_alive(), f"the feed never passed the last event\n{procs.logs()}"
+    assert not any(r.is_alive() for r in readers_b), f"the feed never passed the last event\n{procs.logs()}"
 
-    rows = _event_rows(env)
-    by_position = {position: row for position, *row in rows}
-    seen = [_position(n["id"]) for _, n in got.notices]
-    servers = {s for s, _ in got.notices}
-    # Both processes served part of the stream, and the second one resumed where the first stopped.
-    assert servers == {"a", "b"} and 0 < leg_a < len(rows), (leg_a, len(rows))
-    assert got.other[0] == {"type": "hello", "cursor": resume_from, "heartbeat_s": 0.2}  # B resumed there
-    assert not [m for m in got.other if m["type"] == "resync"]
-    # Nothing twice, nothing missed: exactly the rows of job_events.
-    assert len(seen) == len(set(seen)), [p for p in seen if seen.count(p) > 1][:10]
-    assert set(seen) == set(by_position), (sorted(set(by_position) - set(seen))[:10], len(seen), len(rows))
-    # Each notice is its row: the job, the status a status event recorded.
-    for (_, notice), position in zip(got.notices, seen, strict=True):
-        job_id, _, type_, data = by_position[position]
-        assert notice["job_id"] == job_id
-        if type_ == "status":
-            assert notice["kind"] == "status" and notice["status"] == json.loads(data)["status"]
-    # Per job, the order in which the events happened (their sequence, reserved under the job's row lock).
-    per_job: dict[str, list[int]] = defaultdict(list)
-    for position in seen:
-        job_id, sequence, _, _ = by_position[position]
-        per_job[job_id].append(sequence)
-    disordered = {j: s for j, s in per_job.items() if s != sorted(s)}
-    assert not disordered, list(disordered.items())[:5]
-    assert len(per_job) > WRITERS * 10 and len(rows) > total_ops // 2
+    for client in (admin, user):
+        got = client.got
+        rows = _event_rows(env, None if client is admin else client.owner)
+        by_event = {(job_id, sequence): (type_, data) for _, job_id, sequence, type_, data in rows}
+        seen = [(n["job_id"], n["sequence"]) for _, n in got.notices]
+        servers = {s for s, _ in got.notices}
+        # Both processes served part of the stream, and the second one resumed where the first stopped.
+        assert servers == {"a", "b"} and 0 < leg_a[client.token] < len(rows), (leg_a, len(rows))
+        resume_from = resumed_from[client.token]
+        assert got.other[0] == {"type": "hello", "cursor": resume_from, "heartbeat_s": 0.2}  # B resumed there
+        assert not [m for m in got.other if m["type"] == "resync"]
+        # Nothing twice, nothing missed: exactly the rows of job_events the client may see.
+        assert len(seen) == len(set(seen)), [p for p in seen if seen.count(p) > 1][:10]
+        assert set(seen) == set(by_event), (sorted(set(by_event) - set(seen))[:10], len(seen), len(rows))
+        # Numbered one by one in the client's own feed, across both processes: the ids count its notices
+        # (the user's never counted the other owner's events).
+        feed = resume_from.split(".")[0]
+        assert [n["id"] for _, n in got.notices] == [f"{feed}.{i}" for i in range(1, len(seen) + 1)]
+        # Each notice is its row: the status a status event recorded.
+        for _, notice in got.notices:
+            type_, data = by_event[(notice["job_id"], notice["sequence"])]
+            if type_ == "status":
+                assert notice["kind"] == "status" and notice["status"] == json.loads(data)["status"]
+        # Per job, the order in which the events happened (their sequence, reserved under the job's row lock).
+        per_job: dict[str, list[int]] = defaultdict(list)
+        for job_id, sequence in seen:
+            per_job[job_id].append(sequence)
+        disordered = {j: s for j, s in per_job.items() if s != sorted(s)}
+        assert not disordered, list(disordered.items())[:5]
+    all_rows = _event_rows(env)
+    assert len(all_rows) > total_ops // 2 and 0 < len(_event_rows(env, user.owner)) < len(all_rows)
     if env.backend == "postgres":
         # Late commits did happen (and were not skipped, per the assertions above).
         assert pools.late_commits >= 5, pools.late_commits
     print(
-        f"{env.backend}: {len(rows)} events of {len(per_job)} jobs; {leg_a} from A, rest from B; "
+        f"{env.backend}: {len(all_rows)} events, {len(user.got.notices)} of them the user's; "
         f"late commits {pools.late_commits}"
     )
