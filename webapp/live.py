@@ -39,10 +39,11 @@ from flask import Blueprint, Response, current_app, g, request, stream_with_cont
 from flask_sock import Sock
 from simple_websocket import Server as WebSocketServer
 
-from .auth import origin_allowed, resolve_identity
-from .errors import ApiError, Forbidden, Invalid, TooManyRequests, Unauthorized
+from .auth import origin_allowed
+from .errors import ApiError, Forbidden, Invalid, TooManyRequests
 from .gateway import CursorExpired
 from .jobs_adapter import JobLayerGateway
+from .permissions import require
 from .services import services
 
 bp = Blueprint("live", __name__, url_prefix="/api/v1")
@@ -143,9 +144,8 @@ def _admit() -> None:
             "The live feed takes no query parameters: resume with the Last-Event-ID header (SSE) "
             'or the first WebSocket message {"cursor": …}.'
         )
-    identity = resolve_identity()
-    if identity is None:
-        raise Unauthorized()
+    identity = require("jobs.read_own")
+    assert identity is not None
     if identity.via == "session" and not origin_allowed():
         raise Forbidden("Origin not allowed.")
     if request.endpoint == "live.live_sse":

@@ -10,6 +10,7 @@ from flask_login import login_required
 
 from ..gateway import STATUSES
 from ..owners import event_data, owner_name
+from ..permissions import can
 
 bp = Blueprint("ui", __name__, template_folder="../templates")
 
@@ -33,6 +34,7 @@ def _globals() -> dict[str, Any]:
         "ui_poll_s": current_app.config["UI_POLL_S"],
         "owner_name": owner_name,
         "event_data": event_data,
+        "can": can,
     }
 
 
