@@ -2,8 +2,8 @@
 
 Callers write an :class:`Entry` with :func:`record` on the connection of the transaction that does the
 action, so the action and its record commit together or not at all (``webapp.audit_log`` opens that
-transaction for the web app; ``tenure users`` does the same for accounts changed from the command
-line). An action that was refused or failed leaves no effect; its row is then written alone.
+transaction for the web app; :func:`recorded` does it for ``tenure users``, which changes accounts
+from the command line). An action that was refused or failed leaves no effect; its row is then written alone.
 
 What a row never holds: a password, a token's secret, a job's payload. Details are filters, counts
 and names. SQL: :mod:`accounts.audit_store`.
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -156,6 +157,21 @@ def record(conn: Connection, entry: Entry, *, now: datetime | None = None) -> in
             "reason": _clip(entry.reason, 500),
         },
     )
+
+
+@contextmanager
+def recorded(engine: Engine, entry: Entry) -> Iterator[Connection]:
+    """A transaction for an action and its record: the block does the action on the connection, *entry*
+    is written just before the commit. When the block raises, nothing commits and *entry* is written
+    alone as ``failed`` with the error's message (the caller's errors say nothing secret)."""
+    try:
+        with engine.begin() as conn:
+            yield conn
+            record(conn, entry)
+    except Exception as exc:
+        entry.outcome, entry.reason = "failed", str(exc) or type(exc).__name__
+        record_alone(engine, entry)
+        raise
 
 
 def record_alone(engine: Engine, entry: Entry) -> int:

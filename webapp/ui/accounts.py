@@ -152,7 +152,7 @@ def role_create():
     return _done(f"Role {name} created.")
 
 
-@bp.route("/roles/<name>", methods=["POST"])
+@bp.route("/roles/<name>/save", methods=["POST"])
 @permission(MANAGE, audit_as="role.update")
 def role_update(name: str):
     try:
