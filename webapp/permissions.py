@@ -45,9 +45,9 @@ def require(action: str, *, audit_as: str | None = None) -> Identity | None:
 
     Parameters:
       action: An action name, :data:`PUBLIC` or :data:`AUTHENTICATED`.
-      audit_as: The audit action a refusal is recorded as (default ``access``); ``{name}`` fields are
-        filled from the route's arguments (``queue.{action}``), and a name that is no audit action
-        falls back to ``access``.
+      audit_as: The audit action a refused change is recorded as (``{name}`` fields are filled from the
+        route's arguments: ``queue.{action}``); a refused read (GET), or a name that is no audit action,
+        is recorded as ``access``.
 
     Raises:
       Unauthorized: No (valid) credentials (401).
@@ -58,7 +58,8 @@ def require(action: str, *, audit_as: str | None = None) -> Identity | None:
     identity = require_identity()
     if action == AUTHENTICATED or action in identity.permissions:
         return identity
-    recorded = (audit_as or "access").format_map(request.view_args or {})
+    reading = request.method in ("GET", "HEAD")
+    recorded = "access" if reading or audit_as is None else audit_as.format_map(request.view_args or {})
     try:
         record_event(
             recorded if recorded in audit.ACTIONS else "access",
