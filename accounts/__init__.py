@@ -35,7 +35,7 @@ from datetime import UTC, datetime
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 
-from . import permissions, store
+from . import audit, permissions, store
 from .store import reading as _read
 
 #: scrypt cost parameters for new hashes (≈ 50 ms on a laptop core; 32 MiB of memory).
@@ -266,9 +266,13 @@ def create_user(
     return user, password
 
 
-def ensure_admin(engine: Engine, username: str = "admin") -> tuple[User, str] | None:
+def ensure_admin(
+    engine: Engine, username: str = "admin", *, entry: audit.Entry | None = None
+) -> tuple[User, str] | None:
     """Create *username* as an admin with a random password if there is no active admin yet.
 
+    Parameters: *entry* an audit entry to record the creation with, in its transaction (its target is
+    set to the name given).
     Returns: ``(user, password)`` when it created one (show the password once), else ``None``.
     """
     with _read(engine) as conn:
@@ -279,7 +283,11 @@ def ensure_admin(engine: Engine, username: str = "admin") -> tuple[User, str] | 
         # The name is taken by a non-admin: do not silently promote it; pick a free name instead.
         username = f"{username}-{secrets.token_hex(3)}"
     try:
-        return create_user(engine, username, role="admin")
+        if entry is None:
+            return create_user(engine, username, role="admin")
+        entry.target_type, entry.target, entry.details = "user", username, {"role": "admin"}
+        with audit.recorded(engine, entry) as conn:
+            return create_user(conn, username, role="admin")
     except UserExists:
         return None  # another process created it at the same moment
 

@@ -137,12 +137,11 @@ def _users(args: argparse.Namespace, engine: Any) -> int:
 
     command = args.users_command
     if command == "ensure-admin":
-        created = accounts.ensure_admin(engine)
+        created = accounts.ensure_admin(engine, entry=_entry("user.create", "user", "admin"))
         if created is None:
             print("an admin account exists")
             return 0
         user, password = created
-        audit.record_alone(engine, _entry("user.create", "user", user.username, role=user.role))
         print(f"Created admin account {user.username!r} with password: {password}")
         print("Log in at the web app's /login page; this password is shown only once.")
         return 0

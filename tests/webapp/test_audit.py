@@ -458,3 +458,39 @@ def test_command_line_changes_are_recorded(world: World, monkeypatch: pytest.Mon
     ]
     assert all("@" in r["actor_name"] for r in rows)
     assert "a typed long password" not in json.dumps(rows)
+
+
+def test_a_dry_run_changes_nothing_and_is_not_recorded(world: World) -> None:
+    client = world.app.test_client()
+    headers = world.callers["admin"].bearer
+    world.job(world.callers["user"])
+    world.dead_letter()
+    assert (
+        client.post("/api/v1/jobs/bulk/cancel", json={"filter": {}, "dry_run": True}, headers=headers).json["affected"]
+        == 1
+    )
+    assert (
+        client.post("/api/v1/dead/bulk/purge", json={"filter": {}, "dry_run": True}, headers=headers).json["affected"]
+        == 1
+    )
+    assert world.audit_rows("jobs.bulk_cancel") == [] and world.audit_rows("dead_letters.bulk_purge") == []
+
+
+def test_a_pause_the_broker_cannot_do_is_recorded_as_failed(app_config: dict, root: Any) -> None:  # type: ignore[type-arg]
+    """On Redis a queue cannot be paused: the 409 and its reason are what the log records."""
+    import uuid
+
+    from dramatiq.brokers.redis import RedisBroker
+
+    from webapp import create_app
+
+    broker = RedisBroker(
+        url="redis://127.0.0.1:6379/15", namespace=f"tenure-test-{uuid.uuid4().hex[:8]}", middleware=[]
+    )
+    broker.declare_queue("default")
+    app = create_app({**app_config, "TENURE_BROKER": broker})
+    r = app.test_client().post("/api/v1/queues/default/pause", headers=root.bearer)
+    assert r.status_code == 409 and r.json["error"]["code"] == "pause_unavailable"
+    (row,) = [e for e in audit.page(app_config["TENURE_ENGINE"], audit.AuditFilter(action="queue.pause")).items]
+    assert (row.outcome, row.target, row.reason) == ("failed", "default", r.json["error"]["message"])
+    broker.close()

@@ -477,12 +477,21 @@ def test_a_token_carries_at_most_what_its_creator_may_do(world: World) -> None:
     assert more.status_code == 403 and "metrics.read" in more.get_json()["error"]["message"]
     unknown = client.post("/api/v1/tokens", json={"name": "x", "permissions": ["root"]}, headers=user.bearer)
     assert unknown.status_code == 422
-    # A token that may not manage tokens cannot make one; the default of a new token is what you may do now
+    # A token that may not manage tokens cannot make one; one that may passes on at most what it may do
     assert client.post("/api/v1/tokens", json={"name": "x"}, headers=scoped.bearer).status_code == 403
+    narrow = {"name": "n", "permissions": ["tokens.manage_own", "jobs.read_own"]}
+    minted = {
+        "Authorization": f"Bearer {client.post('/api/v1/tokens', json=narrow, headers=user.bearer).json['secret']}"
+    }
+    wider = client.post("/api/v1/tokens", json={"name": "w", "permissions": ["jobs.submit"]}, headers=minted)
+    assert wider.status_code == 403
+    child = client.post("/api/v1/tokens", json={"name": "c"}, headers=minted).json["token"]
+    assert child["permissions"] == ["jobs.read_own", "tokens.manage_own"]
+    # The default of a new token is what you may do now
     default = client.post("/api/v1/tokens", json={"name": "all"}, headers=user.bearer).get_json()["token"]
     assert set(default["permissions"]) == user.permissions
     refused = [r for r in world.audit_rows("token.create") if r["outcome"] != "ok"]
-    assert [r["outcome"] for r in refused] == ["refused", "failed", "refused"]
+    assert [r["outcome"] for r in refused] == ["refused", "failed", "refused", "refused"]
 
 
 def test_roles_defined_by_an_admin_and_the_builtins_kept(world: World) -> None:

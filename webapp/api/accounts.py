@@ -23,7 +23,10 @@ blp = Blueprint("accounts_api", __name__, url_prefix="/api/v1", description="You
 blp.before_request(api_guard)
 
 MANAGE = "users.manage"
-_NAME = validate.Length(min=1, max=64)
+#: User and role names (``accounts``' rule, stated here so the OpenAPI document carries it).
+_NAME = validate.Regexp(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$", error="1-64 letters, digits, '.', '_' or '-'.")
+#: Largest id a path may name (SQLite integers are 64-bit): a larger one is no token's.
+MAX_ID = 2**62
 _ACTIONS = fields.List(
     fields.String(validate=validate.OneOf(list(catalogue.ACTIONS))),
     validate=validate.Length(max=len(catalogue.ACTIONS)),
@@ -67,9 +70,9 @@ class TokenSchema(ma.Schema):
 class NewTokenSchema(ma.Schema):
     name = fields.String(required=True, validate=validate.Length(min=1, max=100))
     permissions = fields.List(
-        fields.String(validate=validate.Length(min=1, max=64)),
+        fields.String(validate=validate.OneOf(list(catalogue.ACTIONS))),
         validate=validate.Length(max=len(catalogue.ACTIONS)),
-        metadata={"description": "actions it carries (default: everything you may do now)"},
+        metadata={"description": "actions it carries (default: everything you may do now; at most that)"},
     )
 
 
@@ -87,7 +90,7 @@ class UserSchema(ma.Schema):
 
 class NewUserSchema(ma.Schema):
     name = fields.String(required=True, validate=_NAME)
-    role = fields.String(load_default="user", validate=_NAME)
+    role = fields.String(load_default="user", validate=_NAME, metadata={"description": "an existing role"})
     password = fields.String(
         required=True,
         load_only=True,
@@ -97,7 +100,7 @@ class NewUserSchema(ma.Schema):
 
 
 class UserChangeSchema(ma.Schema):
-    role = fields.String(validate=_NAME, metadata={"description": "the role to give"})
+    role = fields.String(validate=_NAME, metadata={"description": "the role to give (an existing one)"})
     disabled = JsonBoolean(metadata={"description": "true: they can no longer log in, their tokens stop"})
 
 
@@ -178,6 +181,8 @@ class TokenById(MethodView):
     @blp.response(200, TokenSchema)
     def delete(self, token_id: int):
         """Revoke one of your tokens (it never authenticates again)."""
+        if token_id > MAX_ID:
+            raise NotFound(str(accounts.TokenNotFound()))
         return people.revoke_token(require_identity(), token_id)
 
 

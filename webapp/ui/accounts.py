@@ -65,7 +65,7 @@ def tokens():
 @permission("tokens.manage_own", audit_as="token.revoke")
 def revoke_token(token_id: int):
     try:
-        people.revoke_token(g.identity, token_id)
+        people.revoke_token(g.identity, min(token_id, 2**62))  # no id is larger; SQLite's integers end there
         flash("Token revoked.", "info")
     except ApiError:
         flash("No such active token.", "error")
