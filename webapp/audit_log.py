@@ -26,7 +26,7 @@ from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
 from accounts import audit
-from jobs.db import write_session
+from jobs.db import session_tx, write_session
 
 from .errors import ApiError
 from .services import services
@@ -82,8 +82,6 @@ class Audited:
 
     def after_commit(self, fn: Callable[[], None]) -> None:
         """Run *fn* once the action and its record have committed (wake consumers, say)."""
-        from jobs.db import session_tx
-
         session_tx(self.session).after_commit(fn)
 
 

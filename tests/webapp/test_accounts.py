@@ -194,6 +194,14 @@ def test_revision_0017_keeps_every_user_and_token(tmp_path: Path, backend: str) 
             assert {r.name: r.permissions for r in accounts.list_roles(engine)} == {
                 name: actions for name, (_, actions) in accounts.permissions.BUILTIN_ROLES.items()
             }
+            # The audit log takes rows and pages them on this database too
+            from accounts import audit
+
+            for n in range(3):
+                audit.record_alone(engine, audit.Entry("queue.pause", actor_name="old-admin", target=f"q{n}"))
+            first = audit.page(engine, audit.AuditFilter(actor="old-admin"), limit=2)
+            rest = audit.page(engine, audit.AuditFilter(actor="old-admin"), cursor=first.next_cursor, limit=2)
+            assert [r.target for r in first.items + rest.items] == ["q2", "q1", "q0"] and rest.next_cursor is None
         finally:
             engine.dispose()
 
