@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import logging
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -35,6 +36,7 @@ from .audit_log import record_event
 from .errors import Forbidden, Unauthorized
 from .services import services
 
+logger = logging.getLogger(__name__)
 login_manager = LoginManager()
 login_manager.login_view = "auth.login"
 login_manager.login_message = "Please log in."
@@ -92,14 +94,17 @@ def _refused_credentials(via: str, username: str | None = None) -> None:
     if g.get("credentials_refused"):
         return
     g.credentials_refused = True
-    record_event(
-        "auth.failed",
-        outcome="refused",
-        reason="invalid credentials",
-        target_type="user" if username else None,
-        target=username,
-        details={"via": via},
-    )
+    try:
+        record_event(
+            "auth.failed",
+            outcome="refused",
+            reason="invalid credentials",
+            target_type="user" if username else None,
+            target=username,
+            details={"via": via},
+        )
+    except Exception:  # the caller is refused (401) whatever the log does
+        logger.exception("Could not record refused credentials.")
 
 
 def _from_authorization_header() -> Identity | None | bool:
