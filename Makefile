@@ -27,10 +27,12 @@ services:
 system-deps:
 	bash scripts/install_system_deps.sh
 
-# Debian packages only the tests need: Prometheus (real scrapes, promtool) and Chromium (browser tests).
+# Debian packages only the tests need: Prometheus (real scrapes, promtool), Chromium (browser tests),
+# socat and iproute2 (the multi-host test's network namespaces).
 test-deps: system-deps
 	bash scripts/install_prometheus.sh
 	bash scripts/install_browser.sh
+	bash scripts/install_network_tools.sh
 
 lint: install
 	$(VENV)/bin/ruff check .

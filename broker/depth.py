@@ -14,11 +14,17 @@ cannot tell is ``None`` (never a guessed 0):
   list. All counts of a queue come from one ``MULTI``, so they are consistent with each other.
   Consumers are not tracked per queue by Redis: ``None``.
 - **RabbitMQ** (Dramatiq's ``RabbitmqBroker``): a passive ``queue.declare`` of the queue, its
-  ``.DQ`` and ``.XQ`` answers the messages *waiting* in each and the queue's consumers. Messages a
-  consumer has received and not acknowledged (in flight, and delayed messages a worker holds until
-  their eta) are not in those counts and AMQP offers no other number: in flight is ``None`` and
-  ``delayed`` counts only the delayed messages no worker has fetched yet. The age of the head message
-  is not reported either (lag ``None``).
+  ``.DQ`` and ``.XQ`` answers the messages *waiting* in each (ready, delayed, dead) and the queue's
+  consumers, exactly and at once. AMQP has no other number. With the management API
+  (:class:`broker.rabbitmq.TimestampedRabbitmqBroker` built with ``management_url``;
+  :mod:`broker.rabbitmq_management`), its per-queue statistics add: in flight = the queue's
+  ``messages_unacknowledged``; delayed also counts the ``.DQ`` messages a worker holds until their
+  eta (unacknowledged there); lag = now − the head message's ``timestamp`` property (whole seconds),
+  which that broker stamps with the message's due time. RabbitMQ samples those statistics every 5 s
+  by default, so they trail the declare's counts by up to that long, and a queue not sampled yet has
+  none. Without the API (or while it does not answer), in flight and lag are ``None`` and
+  ``delayed`` counts only the delayed messages no worker has fetched yet; a head message published
+  without a timestamp (e.g. by Dramatiq's own ``RabbitmqBroker``) leaves the lag ``None``.
 """
 
 from __future__ import annotations
@@ -94,7 +100,7 @@ def queue_depths(broker: Any, *, clock: Callable[[], int] = current_millis) -> l
     if kind == REDIS:
         return _redis_depths(broker, clock())
     if kind == RABBITMQ:
-        return _rabbitmq_depths(broker)
+        return _rabbitmq_depths(broker, clock())
     return []
 
 
@@ -187,7 +193,7 @@ def _age_ms(body: bytes | None, now: int) -> int | None:
     return max(0, now - due) if due else None
 
 
-def _rabbitmq_depths(broker: Any) -> list[QueueDepth]:
+def _rabbitmq_depths(broker: Any, now: int) -> list[QueueDepth]:
     import pika
     from pika.exceptions import ChannelClosedByBroker
 
@@ -211,20 +217,31 @@ def _rabbitmq_depths(broker: Any) -> list[QueueDepth]:
                 return None  # not declared on the server yet: nothing waits in it
             return int(ok.message_count), int(ok.consumer_count)
 
-        depths = []
-        for q in queues:
-            main, delayed, dead = declare(q), declare(dq_name(q)), declare(xq_name(q))
-            depths.append(
-                QueueDepth(
-                    queue=q,
-                    ready=main[0] if main else 0,
-                    delayed=delayed[0] if delayed else 0,
-                    leased=None,
-                    dead=dead[0] if dead else 0,
-                    oldest_ready_age_ms=None,
-                    consumers=main[1] if main else 0,
-                )
-            )
-        return depths
+        declared = {q: (declare(q), declare(dq_name(q)), declare(xq_name(q))) for q in queues}
     finally:
         connection.close()
+    management = getattr(broker, "management", None)
+    sampled = management.queues() if management is not None else None
+    depths = []
+    for q, (main, delayed, dead) in declared.items():
+        ready = main[0] if main else 0
+        leased, held, lag = None, 0, None
+        if sampled is not None:
+            stats, delay_stats = sampled.get(q), sampled.get(dq_name(q))
+            # not on the server: nothing in flight; on it but not sampled yet: unknown
+            leased = 0 if main is None else stats.in_flight if stats is not None else None
+            held = (delay_stats.in_flight or 0) if delay_stats is not None else 0
+            head = stats.head_timestamp_s if stats is not None else None
+            lag = max(0, now - head * 1000) if head is not None else None
+        depths.append(
+            QueueDepth(
+                queue=q,
+                ready=ready,
+                delayed=(delayed[0] if delayed else 0) + held,
+                leased=leased,
+                dead=dead[0] if dead else 0,
+                oldest_ready_age_ms=0 if ready == 0 and sampled is not None else lag,
+                consumers=main[1] if main else 0,
+            )
+        )
+    return depths

@@ -1,5 +1,6 @@
 """Choose a Dramatiq broker from a URL: the SQLite default, Redis (Dramatiq's broker plus a heartbeat
-thread, :mod:`broker.redis_heartbeat`) or Dramatiq's RabbitMQ broker."""
+thread, :mod:`broker.redis_heartbeat`) or RabbitMQ (Dramatiq's broker stamping publish times,
+:mod:`broker.rabbitmq`)."""
 
 from __future__ import annotations
 
@@ -9,14 +10,23 @@ from dramatiq.broker import Broker
 from dramatiq.middleware import Middleware
 
 
-def make_broker(url: str, middleware: list[Middleware] | None = None, **options: Any) -> Broker:
+def make_broker(
+    url: str,
+    middleware: list[Middleware] | None = None,
+    *,
+    rabbitmq_management_url: str | None = None,
+    **options: Any,
+) -> Broker:
     """Build the broker for *url*.
 
     ``sqlite:///path`` → :class:`broker.SQLiteBroker`; ``redis://…`` →
     :class:`broker.redis_heartbeat.HeartbeatRedisBroker` (a dead consumer's messages are back within
-    ``heartbeat_timeout``, default 5 s, plus a second); ``amqp://…`` → Dramatiq's ``RabbitmqBroker``
-    (RabbitMQ requeues a consumer's unacked messages as soon as its connection closes, which a killed
-    process's does at once). Extra keyword options go to the broker class.
+    ``heartbeat_timeout``, default 5 s, plus a second); ``amqp://…`` →
+    :class:`broker.rabbitmq.TimestampedRabbitmqBroker`, Dramatiq's ``RabbitmqBroker`` stamping each
+    message's due time (RabbitMQ requeues a consumer's unacked messages as soon as its connection
+    closes, which a killed process's does at once). *rabbitmq_management_url* (RabbitMQ's management
+    API, where queue depth reads in-flight counts and the lag) is used with ``amqp://`` URLs only.
+    Extra keyword options go to the broker class.
 
     Raises:
       ValueError: For an unknown scheme.
@@ -31,7 +41,9 @@ def make_broker(url: str, middleware: list[Middleware] | None = None, **options:
 
         return HeartbeatRedisBroker(url=url, middleware=middleware, **options)
     if scheme in ("amqp", "amqps"):
-        from dramatiq.brokers.rabbitmq import RabbitmqBroker
+        from .rabbitmq import TimestampedRabbitmqBroker
 
-        return RabbitmqBroker(url=url, middleware=middleware, **options)
+        return TimestampedRabbitmqBroker(
+            url=url, middleware=middleware, management_url=rabbitmq_management_url, **options
+        )
     raise ValueError(f"unsupported broker URL scheme {scheme!r}: use sqlite://, redis:// or amqp://")

@@ -10,13 +10,15 @@ label, help, unit, bounds — never a docstring). Build one with :func:`schema` 
         "Cut a window of a session into an MP4 clip.",
         session_id=field("string", "Session", "The session to cut (from an import).", required=True),
         start_s=field("number", "Start", "Where the clip starts.", unit="s", minimum=0, required=True),
+        end_s=field("number", "End", unit="s", exclusive_minimum=0, required=True, after="start_s"),
         width=field("integer", "Width", unit="px", minimum=16, maximum=7680, default=1280),
-        check=lambda p: {"end_s": "must be after the start"} if p["end_s"] <= p["start_s"] else {},
-        rules=("the end comes after the start.",),
     )
 
-``check`` covers what JSON Schema cannot say (one field against another); it sees a payload that
-passed the schema. A kind declared without a schema takes any JSON object.
+``after`` orders two fields (an end after its start): the payload check refuses an end at or before
+the start, the OpenAPI document states it (``x-after`` and the schema's ``x-rules``) and the UI's form
+checks it in the browser before sending. ``check`` (with its ``rules`` in words) covers whatever
+else one field requires of another; it sees a payload that passed the schema and the ``after``
+orderings. A kind declared without a schema takes any JSON object.
 """
 
 from __future__ import annotations
@@ -51,9 +53,12 @@ def field(
     max_length: int | None = None,
     choices: tuple[str, ...] = (),
     nullable: bool = False,
+    after: str | None = None,
 ) -> dict[str, Any]:
     """One payload property as JSON Schema, with the UI's words (``title`` is the label, ``description``
-    the help line, ``x-unit`` shown after the input). ``required`` is collected by :func:`schema`."""
+    the help line, ``x-unit`` shown after the input). ``required`` is collected by :func:`schema`.
+    ``after`` names a number field this one must exceed when both have a value (the other's default
+    counts when it is left out): ``x-after``."""
     if type not in TYPES:
         raise ValueError(f"unknown field type {type!r}; one of {', '.join(TYPES)}")
     json_type: Any = _JSON_TYPE.get(type, type)
@@ -79,6 +84,8 @@ def field(
     if default is not None:
         prop["default"] = default
     prop["type"] = [json_type, "null"] if nullable else json_type
+    if after:
+        prop["x-after"] = after
     if required:
         prop["x-required"] = True
     return prop
@@ -100,6 +107,8 @@ class FormField:
     exclusive_minimum: float | None = None
     choices: tuple[str, ...] = ()
     nullable: bool = False
+    #: The field whose value this one must exceed (``x-after``).
+    after: str | None = None
 
 
 @dataclass(frozen=True)
@@ -116,15 +125,25 @@ class PayloadSchema:
     #: False only for the permissive schema of a kind declared without one (any JSON object).
     closed: bool = True
 
+    def all_rules(self) -> tuple[str, ...]:
+        """What one field requires of another, in words: each ``after`` ordering, then :attr:`rules`."""
+        ordered = tuple(
+            f"{p['title']} comes after {self.properties[p['x-after']]['title']}."
+            for p in self.properties.values()
+            if p.get("x-after")
+        )
+        return ordered + self.rules
+
     def json_schema(self) -> dict[str, Any]:
         """The payload's JSON Schema (draft 2020-12, as OpenAPI 3.1 embeds it)."""
         props = {name: {k: v for k, v in p.items() if k != "x-required"} for name, p in self.properties.items()}
         doc: dict[str, Any] = {"type": "object", "title": self.title, "properties": props}
-        description = " ".join([self.description, *(f"Also: {rule}" for rule in self.rules)]).strip()
+        rules = self.all_rules()
+        description = " ".join([self.description, *(f"Also: {rule}" for rule in rules)]).strip()
         if description:
             doc["description"] = description
-        if self.rules:
-            doc["x-rules"] = list(self.rules)
+        if rules:
+            doc["x-rules"] = list(rules)
         required = [name for name, p in self.properties.items() if p.get("x-required")]
         if required:
             doc["required"] = required
@@ -152,11 +171,32 @@ class PayloadSchema:
         return found
 
     def problems(self, payload: Any) -> dict[str, list[str]]:
-        """Why *payload* does not fit, per field (``payload`` for the whole); empty when it fits."""
+        """Why *payload* does not fit, per field (``payload`` for the whole); empty when it fits: the JSON
+        Schema first, then the ``after`` orderings and :attr:`check` (one field against another)."""
         found = self.problems_of_schema(payload)
-        if not found and self.check is not None:
+        if found:
+            return found
+        for name, reason in self._order_problems(payload).items():
+            found.setdefault(name, []).append(reason)
+        if self.check is not None:
             for name, reason in dict(self.check(payload)).items():
                 found.setdefault(name, []).append(reason)
+        return found
+
+    def _order_problems(self, payload: dict[str, Any]) -> dict[str, str]:
+        """A field at or before the field it must come ``after`` (the other's default when left out)."""
+        found = {}
+        for name, p in self.properties.items():
+            other = p.get("x-after")
+            if not other:
+                continue
+            value = payload.get(name)
+            bound = payload.get(other, self.properties[other].get("default"))
+            if value is not None and bound is not None and value <= bound:
+                unit = self.properties[other].get("x-unit")
+                found[name] = (
+                    f"Must be after {self.properties[other]['title']} ({bound:g}{f' {unit}' if unit else ''})."
+                )
         return found
 
     def fields(self) -> list[FormField]:
@@ -183,6 +223,7 @@ class PayloadSchema:
                     exclusive_minimum=p.get("exclusiveMinimum"),
                     choices=tuple(p.get("enum") or ()),
                     nullable="null" in types,
+                    after=p.get("x-after"),
                 )
             )
         return out
@@ -200,7 +241,19 @@ def schema(
     *check* and its *rules* (in words) for what one field requires of another."""
     if (check is None) != (not rules):
         raise ValueError("a check needs its rules in words, and rules need their check")
+    for name, prop in properties.items():
+        other = prop.get("x-after")
+        if other is None:
+            continue
+        numbers = ("integer", "number")
+        if other not in properties or not {*_types(prop), *_types(properties[other])} <= {*numbers, "null"}:
+            raise ValueError(f"{name} comes after {other!r}: both must be number fields of this schema")
     return PayloadSchema(title, description, dict(properties), check, rules=tuple(rules))
+
+
+def _types(prop: Mapping[str, Any]) -> list[str]:
+    json_type = prop.get("type")
+    return list(json_type) if isinstance(json_type, list) else [json_type]
 
 
 def any_object(title: str) -> PayloadSchema:

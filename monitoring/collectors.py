@@ -92,7 +92,8 @@ class BrokerSource:
 
     The counts come from :func:`broker.depth.queue_depths` (SQLite, Redis and RabbitMQ; see there what
     each broker can tell). A count the broker cannot tell is not exported rather than exported as 0:
-    on RabbitMQ there is no ``state="leased"`` sample and no lag; on Redis no consumers. Expired but
+    on RabbitMQ there is no ``state="leased"`` sample and no lag unless its management API is configured
+    (``TENURE_RABBITMQ_MANAGEMENT_URL``) and has sampled the queue; on Redis no consumers. Expired but
     unreaped leases exist only on the SQLite broker (one read-only query of :mod:`monitoring.store`).
 
     Parameters:

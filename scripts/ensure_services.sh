@@ -19,4 +19,12 @@ for port in 6379 5672 5432; do
   for _ in $(seq 1 60); do up "$port" && break; sleep 1; done
   up "$port" || echo "warning: nothing answers on 127.0.0.1:$port; tests needing it will fail" >&2
 done
+# RabbitMQ's management API (:15672), where queue depth reads in-flight counts and the lag: the plugin
+# is enabled on the running node (once: enabling it again changes nothing), then waited for.
+if up 5672 && ! up 15672 && command -v rabbitmq-plugins >/dev/null; then
+  rabbitmq-plugins enable rabbitmq_management >/dev/null ||
+    echo "warning: could not enable the rabbitmq_management plugin" >&2
+  for _ in $(seq 1 60); do up 15672 && break; sleep 1; done
+  up 15672 || echo "warning: RabbitMQ's management API does not answer on 127.0.0.1:15672; tests needing it will fail" >&2
+fi
 exit 0

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 #: Where the database lives when ``TENURE_DATABASE_URL`` is unset.
 DEFAULT_DATABASE_URL = "sqlite:///var/tenure.db"
@@ -129,6 +130,23 @@ def _scheme(url: str) -> str:
     return url.split(":", 1)[0].split("+", 1)[0].lower()
 
 
+def _management_url(url: str, broker_url: str) -> str:
+    """``TENURE_RABBITMQ_MANAGEMENT_URL``, checked; the error messages never repeat it (it may hold a password)."""
+    name = "TENURE_RABBITMQ_MANAGEMENT_URL"
+    if _scheme(broker_url) not in ("amqp", "amqps"):
+        raise SettingsError(f"{name} is set but TENURE_BROKER_URL is not amqp://…: only RabbitMQ has that API")
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError:
+        raise SettingsError(f"{name} is not a URL: use http://host:15672") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise SettingsError(f"{name} must be an http:// or https:// URL with a host, e.g. http://rabbit.internal:15672")
+    if parts.query or parts.fragment:
+        raise SettingsError(f"{name} takes no query or fragment: the API's base URL, e.g. http://rabbit.internal:15672")
+    return url
+
+
 @dataclass(frozen=True)
 class Settings:
     """Validated configuration of one Tenure process (every field's variable: :meth:`variables`).
@@ -137,6 +155,9 @@ class Settings:
       database_url: Job records (``sqlite:///…`` or ``postgresql://…``).
       broker_url: Messages (``sqlite:///…``, ``redis://…``, ``amqp://…``); defaults to the database
         URL when that is SQLite, so a job and its message share one transaction.
+      rabbitmq_management_url: RabbitMQ's management HTTP API (``http(s)://host:15672``), where queue
+        depth reads the messages in flight and the lag (``broker.depth``); unset, those are unknown.
+        Without credentials in it, the broker URL's are used. Only with an ``amqp://`` broker.
       job_lease_ttl_s: A running job's lease; a worker renews it every third of it.
       broker_lease_ttl_s: The SQLite broker's message lease.
       job_timeout_s: Default per-attempt time limit of new jobs.
@@ -161,6 +182,7 @@ class Settings:
 
     database_url: str = field(default=DEFAULT_DATABASE_URL, metadata=_var("TENURE_DATABASE_URL", "url"))
     broker_url: str = field(default=DEFAULT_DATABASE_URL, metadata=_var("TENURE_BROKER_URL", "url"))
+    rabbitmq_management_url: str | None = field(default=None, metadata=_var("TENURE_RABBITMQ_MANAGEMENT_URL", "url"))
     job_lease_ttl_s: float = field(
         default=DEFAULT_JOB_LEASE_TTL_S,
         metadata=_var("TENURE_JOB_LEASE_TTL_S", "float", minimum=MIN_JOB_LEASE_TTL_S, maximum=86_400),
@@ -290,6 +312,9 @@ class Settings:
                 f"TENURE_BROKER_URL={broker_url!r}: the SQLite broker needs the SQLite job database "
                 "(TENURE_DATABASE_URL is PostgreSQL); use redis://… or amqp://…"
             )
+        management_url = (env.get("TENURE_RABBITMQ_MANAGEMENT_URL") or "").strip() or None
+        if management_url is not None:
+            values["rabbitmq_management_url"] = _management_url(management_url, broker_url)
         # Workers recover expired jobs once per lease unless told otherwise.
         values.setdefault("recovery_interval_s", values.get("job_lease_ttl_s", DEFAULT_JOB_LEASE_TTL_S))
         return cls(database_url=database_url, broker_url=broker_url, **values)

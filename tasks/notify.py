@@ -73,7 +73,7 @@ EMAIL_PAYLOAD = payloads.schema(
     channel=payloads.field(
         "string", "Channel", "An email channel of the channels file.", required=True, max_length=100
     ),
-    subject=payloads.field("string", "Subject", required=True, max_length=998),
+    subject=payloads.field("string", "Subject", "The subject line of the message.", required=True, max_length=998),
     text=payloads.field("text", "Text", "The plain-text body.", required=True, max_length=100_000),
     html=payloads.field("text", "HTML", "An HTML body besides the text (optional).", max_length=100_000, nullable=True),
 )

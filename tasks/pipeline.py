@@ -59,11 +59,8 @@ def highlight_window(duration_s: float, start_s: float | None, end_s: float | No
 
 
 def _window_check(payload: dict[str, Any]) -> dict[str, str]:
-    start_s, end_s = payload.get("start_s"), payload.get("end_s")
-    if (start_s is None) != (end_s is None):
+    if (payload.get("start_s") is None) != (payload.get("end_s") is None):
         return {"end_s": "Give both a start and an end, or neither."}
-    if start_s is not None and end_s is not None and end_s <= start_s:
-        return {"end_s": "The end must come after the start."}
     return {}
 
 
@@ -87,7 +84,13 @@ PAYLOAD = payloads.schema(
         nullable=True,
     ),
     end_s=payloads.field(
-        "number", "Clip end", "Where the highlight ends.", unit="s", exclusive_minimum=0, nullable=True
+        "number",
+        "Clip end",
+        "Where the highlight ends.",
+        unit="s",
+        exclusive_minimum=0,
+        nullable=True,
+        after="start_s",
     ),
     highlight_s=payloads.field(
         "number",
@@ -101,7 +104,7 @@ PAYLOAD = payloads.schema(
     width=payloads.field("integer", "Width", "Width of the clip.", unit="px", minimum=16, maximum=7680, default=1280),
     height=payloads.field("integer", "Height", "Height of the clip.", unit="px", minimum=16, maximum=4320, default=720),
     check=_window_check,
-    rules=("give both a clip start and a clip end, or neither; the end comes after the start.",),
+    rules=("give both a clip start and a clip end, or neither.",),
 )
 
 

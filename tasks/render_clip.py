@@ -54,10 +54,6 @@ def session_cues(session_id: str, owner_id: str) -> list[Cue]:
     return cues
 
 
-def _window_check(payload: dict[str, Any]) -> dict[str, str]:
-    return {"end_s": "The end must come after the start."} if payload["end_s"] <= payload["start_s"] else {}
-
-
 PAYLOAD = payloads.schema(
     "Render a clip",
     "Cut a window of an imported session into an MP4, with subtitles, danmaku and a thumbnail if asked.",
@@ -68,7 +64,13 @@ PAYLOAD = payloads.schema(
         "number", "Start", "Where the clip starts on the session's timeline.", unit="s", minimum=0, required=True
     ),
     end_s=payloads.field(
-        "number", "End", "Where the clip ends (after the start).", unit="s", exclusive_minimum=0, required=True
+        "number",
+        "End",
+        "Where the clip ends (after the start).",
+        unit="s",
+        exclusive_minimum=0,
+        required=True,
+        after="start_s",
     ),
     subtitles=payloads.field("boolean", "Subtitles", "Burn in the session's transcripts.", default=True),
     danmaku=payloads.field("boolean", "Danmaku", "Overlay the live comments.", default=False),
@@ -78,8 +80,6 @@ PAYLOAD = payloads.schema(
     name=payloads.field(
         "string", "File name", "Name of the clip's file (without .mp4).", default="clip", max_length=100
     ),
-    check=_window_check,
-    rules=("the end comes after the start.",),
 )
 
 

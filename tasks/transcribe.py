@@ -68,17 +68,17 @@ PAYLOAD = payloads.schema(
     ),
     start_s=payloads.field("number", "From", "Start within the segment.", unit="s", minimum=0, default=0.0),
     end_s=payloads.field(
-        "number", "To", "End within the segment (empty: its end).", unit="s", minimum=0, nullable=True
+        "number",
+        "To",
+        "End within the segment (empty: its end).",
+        unit="s",
+        minimum=0,
+        nullable=True,
+        after="start_s",
     ),
     language=payloads.field(
         "string", "Language", "The spoken language (empty: detect it).", default="en", max_length=16, nullable=True
     ),
-    check=lambda p: (
-        {"end_s": "The end must come after the start."}
-        if p.get("end_s") is not None and p["end_s"] <= p.get("start_s", 0.0)
-        else {}
-    ),
-    rules=("the end, when given, comes after the start.",),
 )
 
 

@@ -32,6 +32,15 @@ def rabbitmq_url() -> str:
     return os.environ.get("TENURE_TEST_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672")
 
 
+#: The test RabbitMQ server's management API (``make services`` enables the plugin); the URL's user is used.
+RABBITMQ_MANAGEMENT_URL = os.environ.get("TENURE_TEST_RABBITMQ_MANAGEMENT_URL", "http://127.0.0.1:15672")
+
+
+@pytest.fixture()
+def rabbitmq_management_url() -> str:
+    return RABBITMQ_MANAGEMENT_URL
+
+
 # -- running in parallel (pytest-xdist: ``make test`` runs ``-n 2 --dist loadgroup -m "not exclusive"``) --------
 #: Tests that share names on a service: the RabbitMQ-backed acceptance runs declare the apps' fixed
 #: queue names (RabbitMQ has no namespaces) and the fleet Procfile run uses Dramatiq's default Redis

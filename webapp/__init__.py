@@ -156,7 +156,7 @@ def _build_services(app: Flask):  # type: ignore[no-untyped-def]
     if broker is None:
         from broker import make_broker
 
-        broker = make_broker(settings.broker_url)
+        broker = make_broker(settings.broker_url, rabbitmq_management_url=settings.rabbitmq_management_url)
     from .jobs_adapter import JobLayerGateway
 
     gateway = JobLayerGateway(engine=engine, broker=broker, settings=settings, registry=cfg.get("TENURE_REGISTRY"))

@@ -150,6 +150,8 @@ class FieldSpec:
     minimum: float | None = None
     maximum: float | None = None
     exclusive_minimum: float | None = None
+    #: The field whose value this one must exceed (an end after its start).
+    after: str | None = None
 
 
 @dataclass(frozen=True)

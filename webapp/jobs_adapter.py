@@ -487,6 +487,7 @@ def _kind_info(kind: Any) -> KindInfo:
                 minimum=f.minimum,
                 maximum=f.maximum,
                 exclusive_minimum=f.exclusive_minimum,
+                after=f.after,
             )
             for f in schema.fields()
         ),

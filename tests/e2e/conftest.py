@@ -50,7 +50,10 @@ class Deployment:
         """(name, password) of ``admin``, ``user`` or another built-in role's person."""
         return {"admin": self.admin, "user": self.user, **self.others}[who]
 
-    def api(self, method: str, path: str, body: Any = None, *, who: str = "admin", headers: dict | None = None) -> Any:
+    def call(
+        self, method: str, path: str, body: Any = None, *, who: str = "admin", headers: dict | None = None
+    ) -> tuple[int, Any]:
+        """``(status, JSON answer)`` of an API call, whatever the status."""
         name, password = self.login_of(who)
         auth = base64.b64encode(f"{name}:{password}".encode()).decode()
         data = None if body is None else json.dumps(body).encode()
@@ -61,9 +64,19 @@ class Deployment:
             request.add_header(key, value)
         try:
             with urllib.request.urlopen(request, timeout=10) as response:
-                return json.loads(response.read() or b"null")
+                return response.status, json.loads(response.read() or b"null")
         except urllib.error.HTTPError as exc:
-            raise AssertionError(f"{method} {path}: {exc.code} {exc.read()[:300]!r}") from None
+            text = exc.read().decode(errors="replace")
+            try:
+                return exc.code, json.loads(text or "null")
+            except ValueError:
+                return exc.code, text
+
+    def api(self, method: str, path: str, body: Any = None, *, who: str = "admin", headers: dict | None = None) -> Any:
+        status, answer = self.call(method, path, body, who=who, headers=headers)
+        if status >= 400:
+            raise AssertionError(f"{method} {path}: {status} {json.dumps(answer)[:300]}")
+        return answer
 
     def submit(self, kind: str, payload: dict, *, who: str = "user") -> dict:
         return self.api("POST", "/api/v1/jobs", {"kind": kind, "payload": payload}, who=who)

@@ -6,9 +6,12 @@ pause a queue and see jobs wait; bulk-cancel; replay a dead letter; tokens; log 
 issue 19's: a schedule's fire history links the job each fire made and a paused schedule has no next
 fire; dead letters show a redacted preview and are replayed and purged by filter after a dry run;
 non-ASCII text stays text; settings read on/off; at 390 px no page is wider than the screen and every
-control is on it. Then issue 16's: a viewer sees no action buttons, an operator pauses a queue but
-cannot change settings, and the audit page shows both attempts. Screenshots of the main pages go to
-docs/screenshots/ (referenced from docs/ui.md), written only when they look different
+control is on it; the submit form checks the kind's rules in the browser before sending (and the API
+refuses the same payloads with the reason); the media kinds' forms say what their OpenAPI schemas say;
+a failure's error in the list; deleting a finished job from its page; a scheduler back after downtime
+shows the ticks it skipped. Then issue 16's: a viewer sees no action buttons, an operator pauses a queue
+but cannot change settings, and the audit page shows both attempts. Screenshots of every page (1280
+and 390 px) go to docs/screenshots/ (referenced from docs/ui.md), written only when they look different
 (tests/e2e/screenshots.py). No console errors allowed (but the 403 of a page a test opens to be refused).
 """
 
@@ -84,6 +87,107 @@ def test_submit_each_kind_and_watch_progress_live(browser, deployment: Deploymen
     s.close()
 
 
+def _jobs_of(deployment: Deployment, kind: str) -> list[str]:
+    return [j["id"] for j in deployment.api("GET", f"/api/v1/jobs?kind={kind}&limit=200", who="user")["items"]]
+
+
+def _field_error(page, name: str) -> str:  # type: ignore[no-untyped-def]
+    """The message shown under the input ``p_<name>`` ("" when there is none)."""
+    errors = page.locator(".field", has=page.locator(f"#p_{name}")).locator(".error")
+    return " ".join(errors.all_inner_texts())
+
+
+def test_the_submit_form_checks_the_kinds_rules_before_sending(browser, deployment: Deployment) -> None:  # type: ignore[no-untyped-def]
+    s = Session(browser, deployment, "user")
+    page = s.page
+    posts: list[str] = []
+    page.on("request", lambda r: posts.append(r.url) if r.method == "POST" else None)
+    before = {k: _jobs_of(deployment, k) for k in ("recording_pipeline", "render_clip")}
+    # A width of -5 (the schema's bounds are 16..7680): the message at the field, nothing sent
+    page.goto(deployment.base_url + "/submit/recording_pipeline")
+    page.fill("#p_folder", "/recordings/23058-session-2026")
+    page.fill("#p_width", "-5")
+    page.click("#submit-btn")
+    assert _field_error(page, "width") == "Must be between 16 and 7680."
+    assert page.get_attribute("#p_width", "aria-invalid") == "true"
+    assert page.locator("#p_width").evaluate("el => el === document.activeElement")  # focused, to fix it
+    assert _field_error(page, "folder") == ""
+    # A clip window whose end is not after its start; a required field left empty
+    page.goto(deployment.base_url + "/submit/render_clip")
+    page.fill("#p_start_s", "10")
+    page.fill("#p_end_s", "10")
+    page.click("#submit-btn")
+    assert _field_error(page, "end_s") == "Must be after Start (10 s)."
+    assert _field_error(page, "session_id") == "This field is required."
+    s.shot("submit-checked")
+    # Correcting the start clears the end's message as it is typed (the field is checked again)
+    page.fill("#p_start_s", "2.5")
+    assert _field_error(page, "end_s") == ""
+    page.fill("#p_end_s", "1")
+    page.click("#submit-btn")
+    assert _field_error(page, "end_s") == "Must be after Start (2.5 s)."
+    assert posts == [] and page.url.endswith("/submit/render_clip")
+    assert {k: _jobs_of(deployment, k) for k in before} == before  # no job was created
+    s.close()
+    # The API (the authority) refuses the same payloads with the reason, per field
+    for kind, payload, field, reason in (
+        ("recording_pipeline", {"folder": "/recordings/x", "width": -5}, "width", "Must be at least 16."),
+        ("render_clip", {"session_id": "s", "start_s": 10, "end_s": 10}, "end_s", "Must be after Start (10 s)."),
+        ("render_clip", {"session_id": "s", "start_s": 10, "end_s": 4}, "end_s", "Must be after Start (10 s)."),
+        ("recording_pipeline", {"folder": "/r", "start_s": 9, "end_s": 2}, "end_s", "Must be after Clip start (9 s)."),
+        ("transcribe", {"session_id": "s", "segment": 0, "end_s": 0}, "end_s", "Must be after From (0 s)."),
+    ):
+        status, answer = deployment.call("POST", "/api/v1/jobs", {"kind": kind, "payload": payload}, who="user")
+        assert status == 422 and answer["error"]["code"] == "validation_error", (kind, status, answer)
+        assert answer["error"]["message"] == "The payload does not fit this kind."
+        assert answer["error"]["details"] == {field: [reason]}, (kind, answer)
+    assert {k: _jobs_of(deployment, k) for k in before} == before
+
+
+#: The media workbench's kinds (tasks/): their forms are generated from their payload schemas.
+MEDIA_KINDS = ("import_recording", "transcribe", "render_clip", "recording_pipeline", "notify_webhook", "notify_email")
+#: What a docstring would leak into a form.
+DOCSTRING_FRAGMENTS = ("Raises:", "Args:", "Returns:", "Parameters:", ":func:", ":class:", ":mod:", "``")
+
+
+def test_media_kinds_forms_say_what_their_openapi_schemas_say(browser, deployment: Deployment) -> None:  # type: ignore[no-untyped-def]
+    doc = deployment.api("GET", "/api/openapi.json")
+    request_schemas = {v["title"]: v["properties"]["payload"] for v in doc["components"]["schemas"]["Submit"]["oneOf"]}
+    s = Session(browser, deployment, "user")
+    page = s.page
+    units: set[str] = set()
+    for kind in MEDIA_KINDS:
+        schema = request_schemas[kind]
+        page.goto(f"{deployment.base_url}/submit/{kind}")
+        text = page.inner_text("main")
+        assert not [f for f in DOCSTRING_FRAGMENTS if f in text], (kind, text)
+        assert page.inner_text("h1") == schema["title"]
+        description = page.inner_text("main > p.muted")
+        assert description and schema["description"].startswith(description), kind  # then "Also: <rule>"
+        names = page.locator(".field :is(input, select, textarea)").evaluate_all("els => els.map(e => e.name)")
+        assert [n for n in names if n.startswith("p_")] == [f"p_{n}" for n in schema["properties"]], kind
+        for name, prop in schema["properties"].items():
+            field = page.locator(".field", has=page.locator(f"#p_{name}"))
+            control = page.locator(f"#p_{name}")
+            label = field.locator("label").first.inner_text().strip()
+            expected = f"{prop['title']} ({prop['x-unit']})" if "x-unit" in prop else prop["title"]
+            assert label == expected, (kind, name, label)
+            units.update([prop["x-unit"]] if "x-unit" in prop else [])
+            help_text = field.locator(f"#p_{name}-help").inner_text()
+            assert help_text and help_text == prop.get("description", help_text), (kind, name, help_text)
+            assert (control.get_attribute("required") is not None) == (name in schema.get("required", [])), name
+            low = prop.get("minimum", prop.get("exclusiveMinimum"))
+            for attribute, bound in (("min", low), ("max", prop.get("maximum"))):
+                shown = control.get_attribute(attribute)
+                assert (None if shown is None else float(shown)) == bound, (kind, name, attribute)
+            assert control.get_attribute("data-exclusive-min") == (
+                None if "exclusiveMinimum" not in prop else f"{prop['exclusiveMinimum']:g}"
+            ), (kind, name)
+            assert control.get_attribute("data-after") == (f"p_{prop['x-after']}" if "x-after" in prop else None)
+    assert units == {"s", "px"}
+    s.close()
+
+
 def test_cancel_running_and_retry_failed(browser, deployment: Deployment) -> None:  # type: ignore[no-untyped-def]
     s = Session(browser, deployment, "user")
     page = s.page
@@ -101,6 +205,31 @@ def test_cancel_running_and_retry_failed(browser, deployment: Deployment) -> Non
     page.click("#retry-btn")
     page.wait_for_url(lambda url: failed["id"] not in url and "/jobs/" in url)
     assert failed["id"] in page.inner_text(".facts")  # "Retry of" links the old job
+    s.close()
+
+
+def test_a_failure_shows_its_error_in_the_list_and_a_finished_job_is_deleted_from_its_page(  # type: ignore[no-untyped-def]
+    browser, deployment: Deployment
+) -> None:
+    finished = deployment.submit("e2e_echo", {"text": "to be deleted"})
+    deployment.wait_job(finished["id"], lambda j: j["status"] == "succeeded")
+    # (a newer change than the finished job's own: the live feed's newest entry is never deleted on SQLite)
+    failed = deployment.submit("e2e_fail", {"message": "the tape ran out at 01:02:03"})
+    deployment.wait_job(failed["id"], lambda j: j["status"] == "failed")
+    s = Session(browser, deployment, "user")
+    page = s.page
+    page.goto(deployment.base_url + "/jobs")
+    assert page.inner_text(f"#job-{failed['id']} td.err") == "RuntimeError: the tape ran out at 01:02:03"
+    assert page.inner_text(f"#job-{finished['id']} td.err") == ""  # only failures have one
+    page.goto(f"{deployment.base_url}/jobs/{finished['id']}")
+    page.click("#delete-btn")
+    page.wait_for_url("**/jobs")
+    assert f"Deleted job {finished['id']}." in page.inner_text(".flash.info")
+    assert page.locator(f"#job-{finished['id']}").count() == 0
+    assert deployment.call("GET", f"/api/v1/jobs/{finished['id']}", who="user")[0] == 404
+    # A failed job's page offers Delete too; a running one's does not
+    page.goto(f"{deployment.base_url}/jobs/{failed['id']}")
+    assert page.locator("#delete-btn").is_visible()
     s.close()
 
 
@@ -157,9 +286,15 @@ def test_replay_dead_letter_and_ops_pages(browser, deployment: Deployment) -> No
     while not flag.with_suffix(".done").exists():
         assert time.monotonic() < deadline, "the replayed message never ran"
         time.sleep(0.1)
-    for path, name in (("/ops", "ops-overview"), ("/ops/workers", "ops-workers")):
+    for path, name in (
+        ("/ops", "ops-overview"),
+        ("/ops/workers", "ops-workers"),
+        ("/ops/settings", "ops-settings"),
+        ("/jobs/bulk-by-filter?action=retry&status=failed", "jobs-bulk"),  # the dry run before a bulk retry
+    ):
         page.goto(deployment.base_url + path)
         admin.shot(name)
+    assert "job(s) match the filters" in page.inner_text("#dry-run")
     page.goto(deployment.base_url + "/ops/schedules")  # its screenshot shows a fire history, taken later
     assert "0 3 * * *" in page.inner_text("#schedule-nightly_echo")  # the declared cron schedule
     assert page.inner_text("#schedule-nightly_echo .next-fire").startswith("in ")
@@ -185,17 +320,60 @@ def test_mobile_360px(browser, deployment: Deployment) -> None:  # type: ignore[
     deployment.submit("e2e_echo", {"text": "small screen"})
     s = Session(browser, deployment, "admin", width=360, height=740)
     page = s.page
-    for path, name in (("/jobs", "mobile-jobs"), ("/ops", "mobile-ops")):
+    for path in ("/jobs", "/ops"):  # the screenshots are taken at 390 px, below
         page.goto(deployment.base_url + path)
         width = page.locator("html").evaluate("el => el.scrollWidth")
         assert width <= 362, path
-        s.shot(name)
     page.goto(deployment.base_url + "/jobs")
     first = page.locator("tbody tr a").first
     first.focus()
     page.keyboard.press("Enter")
     page.wait_for_url("**/jobs/*")
     s.close()
+
+
+def test_a_scheduler_back_after_downtime_shows_the_ticks_it_skipped(browser, deployment: Deployment) -> None:  # type: ignore[no-untyped-def]
+    """A scheduler (the class ``periodiq`` drives, on the deployment's database) that fired the hourly
+    schedule three hours ago, then ran no more until now: "latest" fires the newest missed tick and
+    records the two before it as skipped; the schedules page shows both rows."""
+    from broker import SQLiteBroker
+    from jobs.db import make_engine
+    from tasks.scheduling import Scheduler, install
+
+    from .apps.hourly import declare_hourly_tick
+
+    hour = 3600 * 1000
+    now = int(time.time() * 1000)
+    last_hour = now // hour * hour
+    clock = [last_hour - 3 * hour - 20 * 60 * 1000]
+    url = deployment.env["TENURE_DATABASE_URL"]
+    broker = SQLiteBroker(url, middleware=[])
+    install(broker)
+    spec = declare_hourly_tick(broker).options["periodic"]
+    scheduler = Scheduler(broker, make_engine(url), clock=lambda: clock[0], owner="scheduler-e2e:1")
+    try:
+        assert scheduler.fire_due(spec) == []  # its first wake: the schedule starts here
+        clock[0] = last_hour - 3 * hour + 2_000
+        (on_time,) = scheduler.fire_due(spec)
+        clock[0] = now  # three hours later, the scheduler is back
+        (back,) = scheduler.fire_due(spec)
+    finally:
+        scheduler.engine.dispose()
+        broker.close()
+    assert (on_time.fire_time, on_time.skipped) == (last_hour - 3 * hour, 0)
+    assert (back.fire_time, back.skipped, back.skipped_from) == (last_hour, 2, last_hour - 2 * hour)
+    admin = Session(browser, deployment, "admin")
+    page = admin.page
+    page.goto(deployment.base_url + "/ops/schedules")
+    card = page.locator("#schedule-hourly_tick")
+    results = card.locator("tr[class^=fire-] .status").all_inner_texts()
+    assert results == ["fired", "skipped", "fired"], results
+    skipped = card.locator("tr.fire-skipped")
+    assert "2 tick(s) before this fire never fired" in skipped.inner_text()
+    tick_at = time.strftime("%Y-%m-%d %H:%M", time.gmtime((last_hour - 2 * hour) / 1000))
+    assert skipped.locator("time").get_attribute("datetime").startswith(tick_at.replace(" ", "T"))
+    assert card.locator(".next-fire").inner_text().startswith("in ")  # the next hour, planned at the wake
+    admin.close()
 
 
 def test_schedule_history_links_its_job_and_a_paused_schedule_has_no_next_fire(  # type: ignore[no-untyped-def]
@@ -279,6 +457,11 @@ def test_dead_letter_preview_replay_all_and_purge_after_a_dry_run(browser, deplo
     page.wait_for_url("**/ops/dead/bulk?*")
     assert "4 dead letter(s) match" in page.inner_text("#dry-run")
     assert len(deployment.api("GET", "/api/v1/dead?queue=e2e&actor=e2e_flaky")) == 4
+    admin.shot("ops-dead-bulk")
+    page.set_viewport_size({"width": 390, "height": 844})
+    assert page.locator("html").evaluate("el => el.scrollWidth") <= 390
+    admin.shot("mobile-dead-bulk")
+    page.set_viewport_size({"width": 1280, "height": 860})
     flag.write_text("now it works")
     page.click("#confirm-dead-bulk")
     page.wait_for_selector(".flash.info")
@@ -309,6 +492,7 @@ PAGES_390 = (
     "/jobs/{job}",
     "/submit",
     "/submit/e2e_echo",
+    "/submit/render_clip",
     "/jobs/bulk-by-filter?action=retry&status=failed",
     "/ops",
     "/ops/queues",
@@ -321,12 +505,22 @@ PAGES_390 = (
     "/users",
     "/audit",
 )
-#: Pages whose 390 px screenshot docs/ui.md shows (dead letters: taken with letters, in the test above).
+#: Pages whose 390 px screenshot docs/ui.md shows (dead letters and their bulk confirmation: taken with
+#: letters, in the test above; the login page: below, logged out).
 SHOTS_390 = {
+    "/jobs": "mobile-jobs",
     "/jobs/{job}": "mobile-job",
+    "/submit": "mobile-submit",
+    "/submit/render_clip": "mobile-submit-form",
+    "/jobs/bulk-by-filter?action=retry&status=failed": "mobile-jobs-bulk",
+    "/ops": "mobile-ops",
     "/ops/queues": "mobile-queues",
+    "/ops/workers": "mobile-workers",
     "/ops/settings": "mobile-settings",
     "/ops/schedules": "mobile-schedules",
+    "/tokens": "mobile-tokens",
+    "/users": "mobile-users",
+    "/audit": "mobile-audit",
 }
 
 
@@ -340,6 +534,7 @@ def test_every_page_fits_390px_with_its_controls_on_screen(browser, deployment: 
     page = context.new_page()
     page.goto(deployment.base_url + "/login")
     assert page.locator("html").evaluate("el => el.scrollWidth") <= 390, "/login"
+    screenshots.save(browser, page, "mobile-login", full_page=True, caret="initial")
     context.close()
     s = Session(browser, deployment, "admin", width=390, height=844)
     page = s.page

@@ -62,8 +62,8 @@ CONTENT_CHECKED_BEYOND_SCHEMA = {"POST /api/v1/uploads", "POST /api/v1/users", "
 
 def _within_the_kinds_rules(label: str, body: object) -> bool:
     """False for a submit whose payload fits its kind's JSON Schema but breaks a rule the schema can only
-    state in words (``x-rules``: one field against another, e.g. a clip's end after its start): the
-    API rightly refuses it (422), and that refusal is the rule working, not a bug."""
+    state in words (``x-rules``: one field against another, e.g. a clip's end after its start, ``x-after``):
+    the API rightly refuses it (422), and that refusal is the rule working, not a bug."""
     if label != "POST /api/v1/jobs" or not isinstance(body, dict):
         return True
     payload = body.get("payload", {})  # the API's default for a submit without one
@@ -72,9 +72,9 @@ def _within_the_kinds_rules(label: str, body: object) -> bool:
     from jobs.registry import registry
 
     kind = registry.find(str(body.get("kind")))
-    if kind is None or kind.schema.check is None or kind.schema.problems_of_schema(payload):
+    if kind is None or kind.schema.problems_of_schema(payload):
         return True
-    return not kind.schema.check(payload)
+    return not kind.schema.problems(payload)  # what is left: the orderings and the kind's check
 
 
 #: Operations whose ``q`` (a string, to OpenAPI) follows the search grammar, and where their filter is.

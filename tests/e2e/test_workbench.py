@@ -1,12 +1,14 @@
 """The media workbench in a real browser (issue 19, items 1–3): a recording pipeline watched live on its
 workflow page (the DAG's nodes change as steps finish), its clip played in the page and its transcript
 read, the steps grouped under their workflow, a qualifier search that finds the import by its folder,
-the charts' windows and breakdowns, and every new page within 390 px. Real gunicorn, a real dramatiq
-worker running the real import, ASR and render actors, Debian's Chromium.
+the charts' windows (1 h, 24 h, 7 d) and breakdowns with the value of the hovered bar, and every new page
+within 390 px. Real gunicorn, a real dramatiq worker running the real import, ASR and render actors,
+Debian's Chromium.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +24,13 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 FOLDER_NAME = "23058-session-2026-workbench"
 TERMINAL = ("succeeded", "failed", "cancelled", "interrupted")
+#: How long :func:`finished_pipeline` waits for a pipeline it runs itself, in seconds.
+PIPELINE_WAIT_S = 180
+#: pytest-timeout for the tests that use it: that wait and the test's own pages (the default 120 s would kill
+#: a test on a loaded machine while its fixture still waits).
+FINISHED_PIPELINE_TIMEOUT_S = PIPELINE_WAIT_S + 60
+#: How long the graph test watches each of its two phases, in seconds.
+PHASE_WAIT_S = 120
 
 
 @pytest.fixture(scope="module")
@@ -43,13 +52,14 @@ def finished_pipeline(deployment: Deployment, pipeline) -> dict:  # type: ignore
     for queue in ("default", "render"):  # as the graph test leaves them, even if it stopped half-way
         deployment.api("POST", f"/api/v1/queues/{queue}/resume")
     job = deployment.submit("recording_pipeline", pipeline["payload"])
-    return deployment.wait_job(job["id"], lambda j: j["status"] in TERMINAL, timeout_s=180)
+    return deployment.wait_job(job["id"], lambda j: j["status"] in TERMINAL, timeout_s=PIPELINE_WAIT_S)
 
 
 def _dag_states(page) -> dict[str, str]:  # type: ignore[no-untyped-def]
     return dict(page.locator("svg.dag a.node").evaluate_all("els => els.map(e => [e.dataset.step, e.dataset.status])"))
 
 
+@pytest.mark.timeout(2 * PHASE_WAIT_S + 60)  # two watched phases, then the clip and the transcript
 def test_pipeline_graph_updates_live_and_its_clip_plays(browser, deployment: Deployment, pipeline) -> None:  # type: ignore[no-untyped-def]
     s = Session(browser, deployment, "user")
     page = s.page
@@ -66,7 +76,7 @@ def test_pipeline_graph_updates_live_and_its_clip_plays(browser, deployment: Dep
     seen: dict[str, list[str]] = {}
     progress: list[float] = []
 
-    def watch(until, timeout_s: float = 120) -> None:  # type: ignore[no-untyped-def]
+    def watch(until, timeout_s: float = PHASE_WAIT_S) -> None:  # type: ignore[no-untyped-def]
         """Record every node's status (and the workflow's progress once the whole DAG is known) until *until*."""
         deadline = time.monotonic() + timeout_s
         while True:
@@ -128,6 +138,7 @@ def test_pipeline_graph_updates_live_and_its_clip_plays(browser, deployment: Dep
     s.close()
 
 
+@pytest.mark.timeout(FINISHED_PIPELINE_TIMEOUT_S)
 def test_search_finds_the_import_by_its_folder_and_groups_steps(  # type: ignore[no-untyped-def]
     browser, deployment: Deployment, finished_pipeline
 ) -> None:
@@ -162,16 +173,36 @@ def test_search_finds_the_import_by_its_folder_and_groups_steps(  # type: ignore
     s.close()
 
 
+@pytest.mark.timeout(FINISHED_PIPELINE_TIMEOUT_S)
 def test_charts_by_window_and_kind(browser, deployment: Deployment, finished_pipeline) -> None:  # type: ignore[no-untyped-def]
     s = Session(browser, deployment, "admin")
     page = s.page
     page.goto(f"{deployment.base_url}/ops")
-    page.select_option("#chart-window", "24h")
-    page.select_option("#chart-group", "kind")
-    page.click("#chart-form button[type=submit]")
-    page.wait_for_url("**/ops?window=24h&group=kind")
-    titles = page.locator("svg.chart rect title").all_text_contents()
-    assert any("render_clip:" in t for t in titles) and any("import_recording:" in t for t in titles)
+    for window, group, heading in (
+        ("1h", "queue", "Last hour, by queue"),
+        ("7d", "", "Last 7 days"),
+        ("24h", "kind", "Last 24 hours, by kind"),
+    ):
+        page.select_option("#chart-window", window)
+        page.select_option("#chart-group", group)
+        page.click("#chart-form button[type=submit]")
+        page.wait_for_url(f"**/ops?window={window}&group={group}")
+        assert page.inner_text("section.charts h2") == heading
+        titles = page.locator("svg.chart rect title").all_text_contents()
+        expected = {
+            "queue": ("render:", "default:"),
+            "kind": ("render_clip:", "import_recording:"),
+            "": ("succeeded:",),
+        }[group]
+        assert all(any(e in t for t in titles) for e in expected), (window, titles)
+        # Hovering a bar: the element under the pointer carries its value (the SVG <title> the browser shows)
+        counted = page.locator("svg.chart rect").evaluate_all(
+            "els => els.map((e, i) => /: [1-9]/.test(e.textContent) ? i : -1).filter(i => i >= 0)"
+        )
+        assert counted, (window, titles)
+        page.locator("svg.chart rect").nth(counted[0]).hover()
+        hovered = page.locator("svg.chart rect:hover > title")
+        assert hovered.count() == 1 and re.search(r": [1-9]\d*$", hovered.text_content() or ""), hovered.count()
     s.shot("ops-charts-by-kind")
     s.close()
 
@@ -179,6 +210,7 @@ def test_charts_by_window_and_kind(browser, deployment: Deployment, finished_pip
 PAGES_390 = ("/jobs?group=1", "/jobs?q=colour:red", "/jobs/{pipeline}", "/jobs/{step}", "/ops?window=7d&group=queue")
 
 
+@pytest.mark.timeout(FINISHED_PIPELINE_TIMEOUT_S)
 def test_new_pages_fit_390px(browser, deployment: Deployment, finished_pipeline) -> None:  # type: ignore[no-untyped-def]
     parent = deployment.api("GET", "/api/v1/jobs?q=kind:recording_pipeline+status:succeeded")["items"][0]
     step = deployment.api("GET", f"/api/v1/jobs?parent={parent['id']}&q=kind:render_clip")["items"][0]

@@ -1,5 +1,6 @@
 """One broker contract, three brokers: Tenure's SQLiteBroker, the Redis broker ``make_broker`` builds
-(Dramatiq's RedisBroker with Tenure's heartbeat) and Dramatiq's RabbitmqBroker.
+(Dramatiq's RedisBroker with Tenure's heartbeat) and the RabbitMQ one it builds (Dramatiq's
+RabbitmqBroker stamping each message's due time, ``broker.rabbitmq``).
 
 Every test below runs the same assertions against each broker. Where a broker cannot honour a part
 of the contract (Redis has no priorities), that part is skipped with the reason, never special-cased
@@ -97,9 +98,7 @@ def _redis_backend(url: str, queue: str) -> Backend:
 
 
 def _rabbitmq_backend(url: str, queue: str) -> Backend:
-    from dramatiq.brokers.rabbitmq import RabbitmqBroker
-
-    broker = RabbitmqBroker(url=url, max_priority=10)
+    broker: Any = make_broker(url, max_priority=10)
     backend = Backend("rabbitmq", broker, queue)
 
     def delete_queues() -> None:

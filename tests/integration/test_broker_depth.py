@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Iterator
 
 import dramatiq
 import pytest
-from dramatiq.common import current_millis
+from dramatiq.common import current_millis, dq_name
 
 from broker import SQLiteBroker
 from broker.depth import QueueDepth, broker_kind, queue_depths
@@ -22,10 +23,11 @@ def depth_of(broker: dramatiq.Broker, queue: str, **kwargs: object) -> QueueDept
     return next(d for d in queue_depths(broker, **kwargs) if d.queue == queue)  # type: ignore[arg-type]
 
 
-def wait_depth(broker: dramatiq.Broker, queue: str, check, what: str) -> QueueDepth:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + 10
+def wait_depth(broker: dramatiq.Broker, queue: str, check, what: str, **kwargs: object) -> QueueDepth:  # type: ignore[no-untyped-def]
+    # RabbitMQ's management API samples its statistics every 5 s: up to two samples late
+    deadline = time.monotonic() + 15
     while True:
-        d = depth_of(broker, queue)
+        d = depth_of(broker, queue, **kwargs)
         if check(d):
             return d
         assert time.monotonic() < deadline, f"{what}: last {d}"
@@ -144,6 +146,111 @@ def test_rabbitmq_counts_what_waits_and_the_consumers_but_not_the_flight(rabbitm
     assert d.leased is None and d.oldest_ready_age_ms is None  # AMQP has no such counters
     assert broker_kind(rabbitmq_broker) == "rabbitmq"
     consumer.close()
+
+
+@pytest.fixture()
+def managed_rabbitmq_broker(rabbitmq_url: str, rabbitmq_management_url: str) -> Iterator[dramatiq.Broker]:
+    """The RabbitMQ broker ``make_broker`` builds, with the management API (the AMQP URL's credentials)."""
+    from broker import make_broker
+
+    broker = make_broker(rabbitmq_url, middleware=[], rabbitmq_management_url=rabbitmq_management_url)
+    yield broker
+    for queue in list(broker.get_declared_queues()):
+        for name in (queue, f"{queue}.DQ", f"{queue}.XQ"):
+            broker.channel.queue_delete(name)
+    broker.close()
+
+
+@pytest.mark.services
+def test_rabbitmq_with_its_management_api_counts_the_flight_the_held_delays_and_the_lag(
+    managed_rabbitmq_broker: dramatiq.Broker,
+) -> None:
+    broker = managed_rabbitmq_broker
+    queue = f"tenure_depth_{uuid.uuid4().hex[:8]}"
+    broker.declare_queue(queue)
+    enqueued_at = current_millis()
+    # Given: 7 due + 2 delayed, 3 in flight to a consumer (1 nacked: dead), and the 2 delayed ones
+    # fetched by a worker that holds them until their eta
+    consumer, held = fill(broker, queue)
+    delays = broker.consume(dq_name(queue), prefetch=10, timeout=100)
+    take(delays, 2)
+    # Then: in flight from the management API's statistics, the held delays counted as delayed, and
+    # the lag from the head message's timestamp (stamped by the broker: whole seconds)
+    later = lambda: current_millis() + 5_000  # noqa: E731 - a clock 5 s ahead
+    sampled = lambda d: d.leased == 3 and d.delayed == 2 and d.oldest_ready_age_ms is not None  # noqa: E731
+    d = wait_depth(broker, queue, sampled, "sampled", clock=later)
+    assert (d.ready, d.delayed, d.leased, d.dead, d.consumers) == (3, 2, 3, 1, 1)
+    assert 5_000 <= d.oldest_ready_age_ms <= current_millis() + 5_000 - (enqueued_at // 1000) * 1000
+    # When: every message is acked
+    delays.close()
+    for proxy in held:
+        consumer.ack(proxy)
+    for proxy in take(consumer, 3):
+        consumer.ack(proxy)
+    assert next(consumer) is None  # nothing more to deliver; the consumer sends its acks meanwhile
+    # Then: nothing waits (no lag, at once: the declare says so), nothing is in flight once sampled
+    d = wait_depth(broker, queue, lambda d: d.leased == 0, "the acks sampled")
+    assert (d.ready, d.leased, d.oldest_ready_age_ms) == (0, 0, 0)
+    consumer.close()
+
+
+@pytest.mark.services
+def test_rabbitmq_messages_carry_the_time_they_are_due(managed_rabbitmq_broker: dramatiq.Broker) -> None:
+    import pika
+
+    broker = managed_rabbitmq_broker
+    queue = f"tenure_stamp_{uuid.uuid4().hex[:8]}"
+    broker.declare_queue(queue)
+    now = msg(queue)
+    broker.enqueue(now)
+    # a delayed message moved to its queue when due (what a worker does) carries its eta
+    eta = current_millis() + 3_600_000
+    broker.enqueue(now.copy(message_id="moved", options={"eta": eta}))
+    channel = pika.BlockingConnection(broker.parameters).channel()
+    try:
+        stamps = []
+        for _ in range(2):
+            _, properties, _ = channel.basic_get(queue, auto_ack=True)
+            stamps.append(properties.timestamp)
+    finally:
+        channel.connection.close()
+    assert stamps == [now.message_timestamp // 1000, eta // 1000]
+
+
+@pytest.mark.services
+def test_rabbitmq_without_an_answering_management_api_tells_what_waits_and_logs_once(
+    rabbitmq_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    from broker import make_broker
+
+    queue = f"tenure_depth_{uuid.uuid4().hex[:8]}"
+    wrong = make_broker(
+        rabbitmq_url, middleware=[], rabbitmq_management_url="http://guest:not-the-password@127.0.0.1:15672"
+    )
+    closed = make_broker(rabbitmq_url, middleware=[], rabbitmq_management_url="http://127.0.0.1:9/")
+    try:
+        wrong.declare_queue(queue)
+        closed.declare_queue(queue)
+        wrong.enqueue(msg(queue))
+        wait_depth(wrong, queue, lambda d: d.ready == 1, "the message counted")
+        with caplog.at_level(logging.WARNING, logger="broker.rabbitmq_management"):
+            for broker in (wrong, wrong, closed, closed):
+                d = depth_of(broker, queue)
+                # what the declare tells, and the rest unknown
+                assert (d.ready, d.delayed, d.leased, d.dead, d.oldest_ready_age_ms) == (1, 0, None, 0, None)
+        warnings = [r.getMessage() for r in caplog.records]
+        assert warnings == [
+            "RabbitMQ's management API at http://127.0.0.1:15672 did not answer (HTTP 401): no in-flight counts "
+            "or lag until it does.",
+            "RabbitMQ's management API at http://127.0.0.1:9 did not answer (ConnectError): no in-flight counts "
+            "or lag until it does.",
+        ]
+        assert "not-the-password" not in caplog.text
+    finally:
+        for name in (queue, f"{queue}.DQ", f"{queue}.XQ"):
+            wrong.channel.queue_delete(name)
+        wrong.close()
+        closed.close()
 
 
 def test_an_unknown_broker_has_no_counters() -> None:

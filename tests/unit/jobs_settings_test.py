@@ -61,6 +61,24 @@ def test_invalid_values_name_the_variable(env: dict[str, str], message: str) -> 
     assert next(iter(env)) in str(info.value)
 
 
+def test_the_rabbitmq_management_url_goes_with_a_rabbitmq_broker_and_is_never_echoed() -> None:
+    amqp = {"TENURE_DATABASE_URL": "postgresql://u@h/db", "TENURE_BROKER_URL": "amqp://u:p@rabbit:5672/v"}
+    assert Settings.from_env(amqp).rabbitmq_management_url is None
+    url = "https://ops:s3cret@rabbit.internal:15672/rabbitmq"
+    assert Settings.from_env({**amqp, "TENURE_RABBITMQ_MANAGEMENT_URL": f" {url} "}).rabbitmq_management_url == url
+    for broker_url, management_url, message in [
+        ("redis://h:6379/0", "http://ops:s3cret@rabbit:15672", "TENURE_BROKER_URL is not amqp://"),
+        (amqp["TENURE_BROKER_URL"], "ftp://ops:s3cret@rabbit:15672", "must be an http:// or https:// URL with a host"),
+        (amqp["TENURE_BROKER_URL"], "http://ops:s3cret@:15672", "must be an http:// or https:// URL with a host"),
+        (amqp["TENURE_BROKER_URL"], "http://ops:s3cret@rabbit:port", "is not a URL"),
+        (amqp["TENURE_BROKER_URL"], "http://ops:s3cret@rabbit:15672/?vhost=x", "takes no query"),
+    ]:
+        env = {**amqp, "TENURE_BROKER_URL": broker_url, "TENURE_RABBITMQ_MANAGEMENT_URL": management_url}
+        with pytest.raises(SettingsError, match=message) as info:
+            Settings.from_env(env)
+        assert "TENURE_RABBITMQ_MANAGEMENT_URL" in str(info.value) and "s3cret" not in str(info.value)
+
+
 def test_snapshot_has_no_urls() -> None:
     s = Settings.from_env({"TENURE_DATABASE_URL": "postgresql://u:secret@h/db", "TENURE_BROKER_URL": "redis://h"})
     snap = s.job_snapshot()

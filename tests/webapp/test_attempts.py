@@ -53,6 +53,7 @@ def test_a_retry_answers_409_while_the_timed_out_thread_is_still_exiting(client,
     login(client, alice)
     page = client.get(f"/jobs/{job.id}").get_data(as_text=True)
     assert "timed out — still exiting" in page and 'id="retry-btn"' not in page
+    assert '<span class="muted" id="still-exiting">Timed out — still exiting: its thread has not stopped yet' in page
 
     # When the thread returns (what the runner does after the actor's call)
     driver.worker.runner._exited(ctx)

@@ -37,25 +37,30 @@ class SubmitBase(FlaskForm):
     delay_s = FloatField("Delay (seconds)", default=0, validators=[Optional(), NumberRange(min=0, max=30 * 86400)])
 
 
-def _field(spec: FieldSpec) -> Any:
+def _label(spec: FieldSpec) -> str:
     label = spec.label or spec.name.replace("_", " ").capitalize()
-    if spec.unit:
-        label = f"{label} ({spec.unit})"
+    return f"{label} ({spec.unit})" if spec.unit else label
+
+
+def _field(spec: FieldSpec, others: dict[str, FieldSpec]) -> Any:
+    label = _label(spec)
     required = [InputRequired()] if spec.required else [Optional()]
     kwargs = {"description": spec.help, "default": spec.default}
     if spec.choices:
         return SelectField(label, choices=[(c, c) for c in spec.choices], validators=required, **kwargs)
     bounds = _bounds(spec)
     if spec.type == "integer":
-        return IntegerField(label, validators=[*required, *bounds], render_kw=_range_attrs(spec), **kwargs)
+        render = {**_range_attrs(spec), **_order_attrs(spec, others)}
+        return IntegerField(label, validators=[*required, *bounds], render_kw=render, **kwargs)
     if spec.type == "number":
-        render = {"step": "any", **_range_attrs(spec)}
+        render = {"step": "any", **_range_attrs(spec), **_order_attrs(spec, others)}
         return FloatField(label, validators=[*required, Finite(), *bounds], render_kw=render, **kwargs)
     if spec.type == "boolean":
         return BooleanField(label, validators=[Optional()], **kwargs)
     if spec.type in ("text", "list", "object"):
         extra = [JsonObject()] if spec.type == "object" else []
-        return TextAreaField(label, validators=[*required, Length(max=20_000), *extra], **kwargs)
+        render = {"data-json-object": "1"} if spec.type == "object" else {}
+        return TextAreaField(label, validators=[*required, Length(max=20_000), *extra], render_kw=render, **kwargs)
     return StringField(label, validators=[*required, Length(max=2_000)], **kwargs)
 
 
@@ -70,13 +75,32 @@ def _bounds(spec: FieldSpec) -> list[Any]:
 
 
 def _range_attrs(spec: FieldSpec) -> dict[str, Any]:
-    """``min``/``max`` attributes, so the browser refuses a value out of range before it is sent."""
+    """``min``/``max`` attributes, so the browser refuses a value out of range before it is sent
+    (``static/submit.js`` says why at the field; an exclusive bound is ``data-exclusive-min``)."""
     attrs: dict[str, Any] = {}
     low = spec.minimum if spec.minimum is not None else spec.exclusive_minimum
     if low is not None:
         attrs["min"] = low
+    if spec.exclusive_minimum is not None:
+        attrs["data-exclusive-min"] = spec.exclusive_minimum
     if spec.maximum is not None:
         attrs["max"] = spec.maximum
+    return attrs
+
+
+def _order_attrs(spec: FieldSpec, others: dict[str, FieldSpec]) -> dict[str, Any]:
+    """The field this one must come after (an end after its start), for the check in the browser: its
+    input, its name in the server's message, its unit and its default (the value when left empty)."""
+    other = others.get(spec.after or "")
+    if other is None:
+        return {}
+    attrs = {
+        "data-after": f"p_{other.name}",
+        "data-after-title": other.label or other.name,
+        "data-after-unit": other.unit or "",
+    }
+    if isinstance(other.default, int | float) and not isinstance(other.default, bool):
+        attrs["data-after-default"] = other.default
     return attrs
 
 
@@ -93,7 +117,8 @@ class Above:
 
 def submit_form_for(kind: KindInfo, formdata: Any = None) -> SubmitBase:
     """A form class with one field per payload input of *kind*, instantiated."""
-    attrs = {f"p_{spec.name}": _field(spec) for spec in kind.fields}
+    others = {spec.name: spec for spec in kind.fields}
+    attrs = {f"p_{spec.name}": _field(spec, others) for spec in kind.fields}
     cls = type(f"Submit_{kind.name}", (SubmitBase,), attrs)
     form = cls(formdata=formdata) if formdata is not None else cls()
     if not form.idempotency_key.data:

@@ -59,15 +59,14 @@ class Deployment:
             return None
         return self._start([sys.executable, "-m", "tenure_cli", "relay", "--app", APP], "relay")
 
-    def wait_ready(self, worker: subprocess.Popen[bytes], timeout_s: float = 60) -> None:
-        """Wait until every worker process of *worker* logged that it consumes (Dramatiq's "ready for action")."""
+    def ready(self, worker: subprocess.Popen[bytes]) -> bool:
+        """Whether every worker process of *worker* logged that it consumes (Dramatiq's "ready for action")."""
         log, processes = self.log_paths[worker.pid], self.worker_processes[worker.pid]
-        wait_for(
-            "worker ready",
-            lambda: log.read_bytes().count(b"Worker process is ready for action.") >= processes,
-            timeout_s,
-            self,
-        )
+        return log.read_bytes().count(b"Worker process is ready for action.") >= processes
+
+    def wait_ready(self, worker: subprocess.Popen[bytes], timeout_s: float = 60) -> None:
+        """Wait until :meth:`ready`."""
+        wait_for("worker ready", lambda: self.ready(worker), timeout_s, self)
 
     def _start(self, cmd: list[str], name: str) -> subprocess.Popen[bytes]:
         path = self._log(name)

@@ -106,14 +106,32 @@ class Prometheus:
 
     url: str
 
-    def query(self, expr: str) -> list[tuple[dict[str, str], float]]:
-        url = f"{self.url}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+    def api(self, path: str, **params: str) -> dict:
+        """The ``data`` of a successful answer of Prometheus's HTTP API."""
+        url = f"{self.url}{path}" + (f"?{urllib.parse.urlencode(params)}" if params else "")
         with urllib.request.urlopen(url, timeout=10) as resp:
             data = json.load(resp)
         assert data["status"] == "success", data
-        if data["data"]["resultType"] == "scalar":
-            return [({}, float(data["data"]["result"][1]))]
-        return [(r["metric"], float(r["value"][1])) for r in data["data"]["result"]]
+        return data["data"]
+
+    def query(self, expr: str) -> list[tuple[dict[str, str], float]]:
+        data = self.api("/api/v1/query", query=expr)
+        if data["resultType"] == "scalar":
+            return [({}, float(data["result"][1]))]
+        return [(r["metric"], float(r["value"][1])) for r in data["result"]]
+
+    def alerts(self) -> dict[str, set[str]]:
+        """Active alerts by state: ``{"firing": {alertname…}, "pending": {…}}``."""
+        out: dict[str, set[str]] = {"firing": set(), "pending": set()}
+        for alert in self.api("/api/v1/alerts")["alerts"]:
+            out[alert["state"]].add(alert["labels"]["alertname"])
+        return out
+
+    def rule_evaluations(self) -> tuple[str, ...]:
+        """When Prometheus last evaluated each rule group, asserting that every rule it loaded is healthy."""
+        groups = self.api("/api/v1/rules")["groups"]
+        assert groups and all(r["health"] == "ok" for g in groups for r in g["rules"]), groups
+        return tuple(g["lastEvaluation"] for g in groups)
 
     def value(self, expr: str) -> float | None:
         result = self.query(expr)
@@ -144,7 +162,8 @@ def start_prometheus(
     rule_files: Sequence[Path] = (),
     extra_files: dict[str, str] | None = None,
 ) -> Prometheus:
-    """Debian's Prometheus on 127.0.0.1 scraping every second, its data in *tmp* (skips when not installed).
+    """Debian's Prometheus on 127.0.0.1 scraping every second, its data in *tmp*, once it answers (skips when
+    not installed).
 
     Parameters:
       extra_files: Files to write next to the configuration first (``file_sd_configs`` targets).
@@ -161,7 +180,7 @@ def start_prometheus(
     }
     (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
     port = free_port()
-    procs.start(
+    server = procs.start(
         "prometheus",
         [
             binary,
@@ -172,4 +191,15 @@ def start_prometheus(
         ],
         dict(os.environ),
     )
-    return Prometheus(f"http://127.0.0.1:{port}")
+    prometheus = Prometheus(f"http://127.0.0.1:{port}")
+
+    def ready() -> bool:
+        assert server.poll() is None, procs.log("prometheus")
+        try:
+            with urllib.request.urlopen(f"{prometheus.url}/-/ready", timeout=2) as resp:
+                return resp.status == 200
+        except OSError:  # not listening yet, or 503 while it loads
+            return False
+
+    wait_for(ready, "Prometheus to be ready")
+    return prometheus

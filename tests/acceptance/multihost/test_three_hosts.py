@@ -116,6 +116,35 @@ def prometheus_config(fleet_hosts: dict[str, Host], tmp: Path, token_file: Path)
     return config["scrape_configs"], files
 
 
+#: The one rule a healthy fleet of this test holds true: it runs no scheduler (``tenure-scheduler`` lists no
+#: target), so no schedule fires. Pending only: it fires after its ``for:`` of 5 minutes.
+NO_SCHEDULER = "TenureNoSchedulerFire"
+#: How long the healthy fleet is watched, in rule evaluations (one a second).
+HEALTHY_EVALUATIONS = 3
+
+
+def assert_no_alert_but_the_schedulers(prom: Prometheus) -> None:
+    """With the shipped rules (their ``for:`` windows too) evaluated every second on the running fleet: no
+    rule fires, ever, and once the workers' gauges are in, the only rule even pending is :data:`NO_SCHEDULER`,
+    over :data:`HEALTHY_EVALUATIONS` evaluations."""
+    evaluations: set[tuple[str, ...]] = set()
+    seen: list[dict[str, set[str]]] = []
+
+    def settled() -> bool:
+        seen.append(prom.alerts())
+        assert seen[-1]["firing"] == set(), seen[-1]
+        if seen[-1]["pending"] != {NO_SCHEDULER}:
+            evaluations.clear()
+            return False
+        evaluations.add(prom.rule_evaluations())
+        return len(evaluations) > HEALTHY_EVALUATIONS
+
+    try:
+        wait_for(settled, "no rule pending but the scheduler's, over several evaluations", 30)
+    except AssertionError as e:
+        raise AssertionError(f"{e}; active alerts, last seen: {seen[-3:]}") from None
+
+
 @pytest.fixture()
 def fleet(tmp_path: Path) -> Iterator[Fleet]:
     require_tools()
@@ -167,6 +196,10 @@ def test_a_worker_host_killed_whole_leaves_every_job_done_once_and_the_counts_wh
     d.procs.append(web.start("relay", [*relay, "--metrics-bind", web.address], fleet.env(web)))
     fleet.worker(a)
     fleet.worker(b)
+    prom.wait_value('count(up{job=~"tenure|tenure-worker|tenure-relay"} == 1)', lambda v: v == 4, "4 targets up", 60)
+    # …healthy in the eyes of the shipped alert rules
+    assert_no_alert_but_the_schedulers(prom)
+    phases = {"up": time.monotonic() - t0}
     # …and 2,000 jobs submitted (the relay publishes them as it comes up)
     with client(d) as c:
         c.registry.kind(KIND, queue=QUEUE, broker=c.broker)(lambda ctx, **_: None)
@@ -177,8 +210,6 @@ def test_a_worker_host_killed_whole_leaves_every_job_done_once_and_the_counts_wh
                         session, owner_id="fleet", kind=KIND, payload={"n": n}, max_attempts=20,
                         registry=c.registry, settings=c.settings,
                     )  # fmt: skip
-    prom.wait_value('count(up{job=~"tenure|tenure-worker|tenure-relay"} == 1)', lambda v: v == 4, "4 targets up", 60)
-    phases = {"up": time.monotonic() - t0}
 
     # When: about a third of the jobs are done, host a — every one of its processes — is killed
     def a_third_done_by_both() -> bool:
@@ -186,6 +217,8 @@ def test_a_worker_host_killed_whole_leaves_every_job_done_once_and_the_counts_wh
         return on_a + on_b >= JOBS // 3 and min(on_a, on_b) >= 100
 
     wait_for(a_third_done_by_both, "a third of the jobs done, by both hosts", 90)
+    # (busy, it is as healthy: no rule fires, none but the scheduler's is pending at the last evaluation)
+    assert prom.alerts() == {"firing": set(), "pending": {NO_SCHEDULER}}
     seen: list[tuple[float, int]] = []
     for attempt in range(200):
         frozen = a.freeze()

@@ -20,6 +20,8 @@ import pytest
 from tests.integration.jobs.support import postgres_database
 
 RABBITMQ_URL = os.environ.get("TENURE_TEST_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672")
+#: Its management API (``make services`` enables the plugin); the broker URL's user is used.
+RABBITMQ_MANAGEMENT_URL = os.environ.get("TENURE_TEST_RABBITMQ_MANAGEMENT_URL", "http://127.0.0.1:15672")
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,8 @@ The subprocesses' environment holds only ``PATH``, ``TENURE_URL`` and ``TENURE_T
 reaches the jobs through the HTTP API alone, with the permissions of the token's user. Variants of
 a subcommand (filters, paging, refusals) call the same ``tenure_cli.main`` in this process, which
 saves an interpreter start each. One deployment serves the whole module (the ``deployment``
-fixture); every test leaves the queues and schedules running.
+fixture); every test leaves the queues and schedules running. The same deployment serves the
+stuck-thread retry over HTTP (a job whose thread is blocked in C code past its timeout).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import pytest
 from tenure_cli import main as tenure_main
 
 from .support import ROOT, Procs, processes, wait_for
+from .web import Http
 
 APP = "tests.acceptance.operations.apps.cli_kinds:compose"
 #: Every test here shares the module's deployment: one xdist worker runs them all.
@@ -45,6 +47,7 @@ class Deployment:
     tmp: Path
     flags: Path
     tokens: dict[str, str]
+    passwords: dict[str, str]
     procs: Procs
     #: The test's own API client (setup and checks; one keep-alive connection).
     http: httpx.Client
@@ -141,9 +144,9 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
     url = f"sqlite:///{tmp / 'tenure.db'}"
     schema.upgrade(url)
     engine = make_engine(url)
-    tokens = {}
+    tokens, passwords = {}, {}
     for name, role in (("admin", "admin"), ("ursula", "user"), ("bob", "user")):
-        user, _ = accounts.create_user(engine, name, role=role)
+        user, passwords[name] = accounts.create_user(engine, name, role=role)
         tokens[name] = accounts.create_token(engine, user.id, "cli")[1]
     engine.dispose()
     flags = tmp / "flags"
@@ -161,6 +164,8 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
         "TENURE_WEB_WORKERS": "1",
         "TENURE_WEB_THREADS": "16",
         "CLI_FLAG_DIR": str(flags),
+        # A job stuck past its timeout is failed a lease TTL later: 3 s instead of 30 (the stuck-thread test)
+        "TENURE_JOB_LEASE_TTL_S": "3",
     }
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
     gunicorn = str(Path(sys.executable).with_name("gunicorn"))
@@ -173,7 +178,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
             env,
         )
         base = f"http://127.0.0.1:{port}"
-        dep = Deployment(base, tmp, flags, tokens, procs, httpx.Client(base_url=base, timeout=10))
+        dep = Deployment(base, tmp, flags, tokens, passwords, procs, httpx.Client(base_url=base, timeout=10))
 
         wait_for("gunicorn to answer", lambda: _answers(dep.url), 30, procs, poll_s=0.1)
         wait_for("the worker to register", lambda: dep.api("GET", "/api/v1/workers"), 30, procs, poll_s=0.1)
@@ -295,6 +300,69 @@ def test_retry_a_failed_job_once(deployment: Deployment) -> None:
     deployment.wait_job(ok, "succeeded")
     refused = deployment.run("jobs", "retry", ok, who="ursula", expect=1)
     assert refused.stderr.startswith("tenure: ") and refused.stderr.count("\n") == 1
+
+
+def test_a_retry_waits_for_a_thread_stuck_past_its_timeout(deployment: Deployment) -> None:
+    fifo = deployment.flags / "stuck-c-code"  # cli_kinds.stuck_path
+    os.mkfifo(fifo)
+    job_id = deployment.submit("cli_stuck", {"label": "c-code"})["id"]
+    try:
+        # Given a job whose thread blocks in C code past its 1 s time limit, failed a lease TTL later
+        job = wait_for(
+            "the job to time out while its thread runs",
+            lambda: (job := deployment.api("GET", f"/api/v1/jobs/{job_id}"))["still_exiting"] and job,
+            30,
+            deployment.procs,
+            poll_s=0.1,
+        )
+        assert (job["status"], job["error"], job["can_retry"]) == ("failed", "Job timed out.", False)
+        attempts = deployment.api("GET", f"/api/v1/jobs/{job_id}/attempts")["items"]
+        assert [a["outcome"] for a in attempts] == ["timed out — still exiting"]
+        # When it is retried over HTTP while the thread runs, then the answer is 409 with the reason
+        refused = deployment.http.post(
+            f"/api/v1/jobs/{job_id}/retry", headers={"Authorization": f"Bearer {deployment.tokens['ursula']}"}
+        )
+        assert refused.status_code == 409, refused.text
+        assert "still exiting" in refused.json()["error"]["message"]
+        # …from the CLI too (exit 1), and the job page says why it offers no retry
+        assert "still exiting" in deployment.run("jobs", "retry", job_id, who="ursula", expect=1).stderr
+        port = int(deployment.url.rsplit(":", 1)[1])
+        page = Http(port, "ursula", deployment.passwords["ursula"]).page(f"/jobs/{job_id}")
+        assert '<td data-label="Outcome" class="outcome">timed out — still exiting' in page
+        assert 'id="still-exiting">Timed out — still exiting: its thread has not stopped yet' in page
+        assert 'id="retry-btn"' not in page
+        assert deployment.api("GET", f"/api/v1/jobs/{job_id}")["still_exiting"]  # the thread still runs
+    finally:
+        _release(fifo)
+
+    # When the thread is released (a writer opens the FIFO) and returns
+    wait_for(
+        "the thread's exit",
+        lambda: not deployment.api("GET", f"/api/v1/jobs/{job_id}")["still_exiting"],
+        30,
+        deployment.procs,
+        poll_s=0.1,
+    )
+    # Then the attempt reads "timed out", nothing the thread returned was written, and a retry is made
+    job = deployment.api("GET", f"/api/v1/jobs/{job_id}")
+    assert (job["status"], job["result"], job["can_retry"]) == ("failed", None, True)
+    attempts = deployment.api("GET", f"/api/v1/jobs/{job_id}/attempts")["items"]
+    assert [a["outcome"] for a in attempts] == ["timed out"]
+    made = deployment.http.post(
+        f"/api/v1/jobs/{job_id}/retry", headers={"Authorization": f"Bearer {deployment.tokens['ursula']}"}
+    )
+    assert made.status_code == 201, made.text
+    assert made.json()["retry_of_job_id"] == job_id
+    assert deployment.wait_job(made.json()["id"], "succeeded")["result"] == {"label": "c-code"}
+
+
+def _release(fifo: Path) -> None:
+    """Let a thread blocked opening *fifo* go (a writer opens it), and remove it so a retry does not block."""
+    try:
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    except OSError:  # ENXIO: no reader waits (the job never got that far)
+        pass
+    fifo.unlink()
 
 
 def test_delete_a_finished_job_and_search_with_qualifiers(deployment: Deployment) -> None:

@@ -19,6 +19,8 @@ from jobs import JobContext, payloads
 from tasks.scheduling import cron, schedule_job
 from tests.fast_stop import FastStop
 
+from .hourly import declare_hourly_tick
+
 QUEUE = "e2e"
 SLOW_QUEUE = "e2e_slow"
 
@@ -96,3 +98,4 @@ def compose(settings: object = None) -> None:
         dramatiq.actor(e2e_flaky, queue_name=QUEUE, max_retries=0, broker=broker)
         # A nightly schedule that submits an echo job (the UI's schedules page shows it; "Run now" fires it).
         schedule_job("e2e_echo", cron("0 3 * * *", name="nightly_echo"), payload={"text": "nightly"}, broker=broker)
+        declare_hourly_tick(broker)

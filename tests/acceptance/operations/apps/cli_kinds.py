@@ -34,6 +34,7 @@ HOLD = payloads.schema(
     label=payloads.field("string", "Label", required=True),
     steps=payloads.field("integer", "Steps", minimum=1, default=1),
 )
+STUCK = payloads.schema("Stuck in C code", label=payloads.field("string", "Label", required=True))
 FAIL = payloads.schema("Always fail", message=payloads.field("string", "Message", default="the disk is full"))
 ECHO = payloads.schema("Echo text", text=payloads.field("string", "Text", required=True))
 
@@ -52,6 +53,26 @@ def hold(ctx: JobContext, *, label: str, steps: int = 1) -> dict[str, object]:
             time.sleep(HOLD_POLL_S)
         ctx.progress((step + 1) / steps, f"{label}: step {step + 1} of {steps}")
     ctx.event("released", label=label)
+    return {"label": label}
+
+
+def stuck_path(label: str) -> Path:
+    return Path(os.environ["CLI_FLAG_DIR"]) / f"stuck-{label}"
+
+
+@jobs.registry.kind("cli_stuck", queue=QUEUE, max_attempts=1, timeout_s=1, payload=STUCK)
+def stuck(ctx: JobContext, *, label: str) -> dict[str, object]:
+    """Stuck in C code.
+
+    When the test made the FIFO ``stuck-<label>``, blocks opening it until the test opens it for
+    writing: ``open`` of a FIFO waits in the kernel, where the 1 s time limit's asynchronous exception
+    cannot reach the thread (it fires only between bytecodes, once the call returns). Without the FIFO
+    it returns at once.
+    """
+    fifo = stuck_path(label)
+    if fifo.exists():
+        with open(fifo, "rb") as f:
+            f.read()
     return {"label": label}
 
 
