@@ -46,6 +46,8 @@ SCRYPT_P = 1
 MIN_PASSWORD_LENGTH = 10
 TOKEN_PREFIX = "tnr_"
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+#: What a token's name is stripped of (the ASCII blanks, as ``\s`` means in every regex dialect).
+BLANKS = " \t\n\r\f\v"
 #: The action an account that manages the others needs; the last active holder keeps it.
 MANAGE_USERS = "users.manage"
 
@@ -193,6 +195,11 @@ def _reading(target: Engine | Connection) -> Iterator[Connection]:
             yield conn
 
 
+def valid_name(name: str) -> bool:
+    """Whether *name* may name a user or a role (the whole of it: a trailing newline is no part of a name)."""
+    return _NAME_RE.fullmatch(name) is not None
+
+
 def _public(row: store.UserRow, actions: frozenset[str]) -> User:
     return User(row.id, row.username, row.role, row.disabled, row.created_at, actions)
 
@@ -247,7 +254,7 @@ def create_user(
     (a ``ValueError``).
     Returns: the user and the password (the generated one, or the one given).
     """
-    if not _NAME_RE.match(username):
+    if not valid_name(username):
         raise InvalidUsername()
     password = generate_password() if password is None else password
     if len(password) < MIN_PASSWORD_LENGTH:
@@ -420,7 +427,7 @@ def create_role(target: Engine | Connection, name: str, description: str, action
 
     Raises: :class:`InvalidRoleName`, :class:`UnknownAction`, :class:`RoleExists`, ``ValueError`` (description).
     """
-    if not _NAME_RE.match(name):
+    if not valid_name(name):
         raise InvalidRoleName()
     chosen, text = _checked_actions(actions), _description(description)
     try:
@@ -484,7 +491,7 @@ def create_token(
     Raises: :class:`UserNotFound`, :class:`UnknownAction`, :class:`ActionsExceeded` (an action the
     user's role does not grant), ``ValueError`` when *name* is empty or longer than 100 characters.
     """
-    name = name.strip()
+    name = name.strip(BLANKS)
     if not name or len(name) > 100:
         raise ValueError("A token name has 1-100 characters.")
     chosen = None if actions is None else _checked_actions(actions)

@@ -23,8 +23,16 @@ blp = Blueprint("accounts_api", __name__, url_prefix="/api/v1", description="You
 blp.before_request(api_guard)
 
 MANAGE = "users.manage"
-#: User and role names (``accounts``' rule, stated here so the OpenAPI document carries it).
-_NAME = validate.Regexp(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$", error="1-64 letters, digits, '.', '_' or '-'.")
+#: User and role names: ``accounts``' rule (the whole value, no trailing newline), stated as ``pattern`` so
+#: the OpenAPI document carries it.
+NAME_PATTERN = "^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+
+
+def _NAME(value: str) -> None:  # noqa: N802  (used like marshmallow's validators)
+    if not accounts.valid_name(value):
+        raise ma.ValidationError("1-64 letters, digits, '.', '_' or '-', starting with a letter or digit.")
+
+
 #: Largest id a path may name (SQLite integers are 64-bit): a larger one is no token's.
 MAX_ID = 2**62
 _ACTIONS = fields.List(
@@ -68,7 +76,14 @@ class TokenSchema(ma.Schema):
 
 
 class NewTokenSchema(ma.Schema):
-    name = fields.String(required=True, validate=validate.Length(min=1, max=100))
+    name = fields.String(
+        required=True,
+        # Not blank: the name is stored without surrounding spaces (these six, in Python and JSON Schema alike).
+        validate=[
+            validate.Length(min=1, max=100),
+            validate.Regexp(r"^[ \t\n\r\f\v]*[^ \t\n\r\f\v]", error="Not blank."),
+        ],
+    )
     permissions = fields.List(
         fields.String(validate=validate.OneOf(list(catalogue.ACTIONS))),
         validate=validate.Length(max=len(catalogue.ACTIONS)),
@@ -89,8 +104,10 @@ class UserSchema(ma.Schema):
 
 
 class NewUserSchema(ma.Schema):
-    name = fields.String(required=True, validate=_NAME)
-    role = fields.String(load_default="user", validate=_NAME, metadata={"description": "an existing role"})
+    name = fields.String(required=True, validate=_NAME, metadata={"pattern": NAME_PATTERN})
+    role = fields.String(
+        load_default="user", validate=_NAME, metadata={"description": "an existing role", "pattern": NAME_PATTERN}
+    )
     password = fields.String(
         required=True,
         load_only=True,
@@ -100,7 +117,9 @@ class NewUserSchema(ma.Schema):
 
 
 class UserChangeSchema(ma.Schema):
-    role = fields.String(validate=_NAME, metadata={"description": "the role to give (an existing one)"})
+    role = fields.String(
+        validate=_NAME, metadata={"description": "the role to give (an existing one)", "pattern": NAME_PATTERN}
+    )
     disabled = JsonBoolean(metadata={"description": "true: they can no longer log in, their tokens stop"})
 
 
@@ -127,7 +146,7 @@ class RoleBodySchema(ma.Schema):
 
 
 class NewRoleSchema(RoleBodySchema):
-    name = fields.String(required=True, validate=_NAME)
+    name = fields.String(required=True, validate=_NAME, metadata={"pattern": NAME_PATTERN})
 
 
 @blp.route("/me")
