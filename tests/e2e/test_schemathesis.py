@@ -26,6 +26,7 @@ pytestmark = [pytest.mark.slow]
 MAX_EXAMPLES = 15
 
 
+@pytest.mark.timeout(300)  # ≥ 500 generated requests over ~70 operations: about 100 s alone, more on a busy machine
 def test_openapi_fuzz(deployment: Deployment) -> None:
     auth = {"Authorization": f"Bearer {deployment.admin_token}"}
     own = {"token_id": deployment.api("GET", "/api/v1/me", headers=auth)["token"]["id"], "name": deployment.admin[0]}
