@@ -69,7 +69,8 @@ def session_user(engine: Engine, secret: str | None) -> User | None:
     """The active user whose live session *secret* belongs to, or ``None``."""
     if not isinstance(secret, str) or not secret or len(secret) > _MAX_SECRET:
         return None
-    return credential_user(engine, Credential("session", 0, _digest(secret)))
+    found = credential_user(engine, Credential("session", 0, _digest(secret)))
+    return None if found is None else found[0]
 
 
 @dataclass(frozen=True)
@@ -98,13 +99,16 @@ def basic_credential(engine: Engine, user_id: int) -> Credential | None:
     return None if row is None else Credential("basic", user_id, _digest(row.password_hash))
 
 
-def credential_user(engine: Engine, credential: Credential) -> User | None:
-    """The active user *credential* still stands for, or ``None`` (logged out, session too old, password
-    changed, token revoked, user disabled or gone). One read; no password hashing."""
+def credential_user(engine: Engine, credential: Credential) -> tuple[User, frozenset[str]] | None:
+    """The active user *credential* still stands for and what it may do now (its role's actions; a token's:
+    those of them the token carries), or ``None`` (logged out, session too old, password changed, token
+    revoked, user disabled or gone). One read; no password hashing."""
+    token_actions: frozenset[str] | None = None
     with _read(engine) as conn:
         if credential.kind == "token":
             found = store.token_find_active_user(conn, credential.digest)
             row = found[1] if found else None
+            token_actions = found[0].permissions if found else None
         elif credential.kind == "session":
             session = session_store.session_get(conn, credential.digest)
             if session is None or session.created_at < _now_ms() - SESSION_LIFETIME_MS:
@@ -118,6 +122,8 @@ def credential_user(engine: Engine, credential: Credential) -> User | None:
                 return None
         else:
             raise ValueError(f"unknown credential kind {credential.kind!r}")
-    if row is None or row.disabled or (credential.user_id and row.id != credential.user_id):
-        return None
-    return _public(row)
+        if row is None or row.disabled or (credential.user_id and row.id != credential.user_id):
+            return None
+        user = _public(row, store.role_actions(conn, row.role))
+    actions = user.permissions if token_actions is None else token_actions & user.permissions
+    return user, actions

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -13,7 +14,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -421,17 +422,35 @@ class SQLiteBroker(Broker):
         with self.store.read() as conn:
             return self.store.queue_stats(conn, current_millis())
 
-    def pause(self, queue_name: str) -> None:
+    @contextlib.contextmanager
+    def _writing(self, connection: Any = None) -> Iterator[sqlite3.Connection]:
+        """This broker's own write transaction, or the caller's open one on the same file (*connection*:
+        a sqlite3 or SQLAlchemy connection; nothing is committed here)."""
+        if connection is None:
+            self._ready()
+            with self.store.write() as conn:
+                yield conn
+            return
+        raw = _raw_sqlite_connection(connection)
+        self._check_same_database(raw)
+        self._ready(raw)  # on the caller's connection: its transaction may hold the write lock already
+        yield raw
+
+    # The operator calls below take an optional *connection*: an open transaction of the caller's on
+    # this broker's file, which the change joins (it commits or rolls back with the caller's own rows,
+    # e.g. an audit record). The caller then wakes consumers after its commit (:meth:`wake`).
+
+    def pause(self, queue_name: str, *, connection: Any = None) -> None:
         """Stop claims on a queue (in every process) until :meth:`resume`."""
-        self._set_paused(queue_name, True)
+        self._set_paused(queue_name, True, connection)
 
-    def resume(self, queue_name: str) -> None:
-        self._set_paused(queue_name, False)
-        self.wake([q_name(queue_name)])
+    def resume(self, queue_name: str, *, connection: Any = None) -> None:
+        self._set_paused(queue_name, False, connection)
+        if connection is None:
+            self.wake([q_name(queue_name)])
 
-    def _set_paused(self, queue_name: str, paused: bool) -> None:
-        self._ready()
-        with self.store.write() as conn:
+    def _set_paused(self, queue_name: str, paused: bool, connection: Any) -> None:
+        with self._writing(connection) as conn:
             self.store.queue_set_paused(conn, q_name(queue_name), paused, current_millis())
 
     def dead_letters_list(
@@ -442,20 +461,18 @@ class SQLiteBroker(Broker):
         with self.store.read() as conn:
             return self.store.dead_list(conn, queue_name and q_name(queue_name), limit, after_id, actor)
 
-    def replay_dead(self, queue_name: str, ids: Sequence[int] | None = None) -> int:
+    def replay_dead(self, queue_name: str, ids: Sequence[int] | None = None, *, connection: Any = None) -> int:
         """Move dead letters of *queue_name* (all, or the given row ids) back to READY."""
-        self._ready()
         canonical = q_name(queue_name)
-        with self.store.write() as conn:
+        with self._writing(connection) as conn:
             n = self.store.dead_replay(conn, canonical, ids, current_millis())
-        if n:
+        if n and connection is None:
             self.wake([canonical])
         return n
 
-    def delete_dead(self, queue_name: str, ids: Sequence[int] | None = None) -> int:
+    def delete_dead(self, queue_name: str, ids: Sequence[int] | None = None, *, connection: Any = None) -> int:
         """Delete dead letters of *queue_name* (all, or the given row ids) for good; the number deleted."""
-        self._ready()
-        with self.store.write() as conn:
+        with self._writing(connection) as conn:
             return self.store.dead_delete(conn, q_name(queue_name), ids)
 
     def dead_letters_match(self, match: DeadMatch, *, limit: int) -> tuple[int, list[int]]:
@@ -465,19 +482,17 @@ class SQLiteBroker(Broker):
         with self.store.read() as conn:
             return self.store.dead_match_count(conn, match), self.store.dead_match_ids(conn, match, limit)
 
-    def replay_dead_matching(self, match: DeadMatch, *, limit: int) -> int:
+    def replay_dead_matching(self, match: DeadMatch, *, limit: int, connection: Any = None) -> int:
         """Move the oldest *limit* dead letters *match* selects back to READY (any queue); how many moved."""
-        self._ready()
-        with self.store.write() as conn:
+        with self._writing(connection) as conn:
             queues = self.store.dead_replay_matching(conn, self._canonical(match), limit, current_millis())
-        if queues:
+        if queues and connection is None:
             self.wake(set(queues))
         return len(queues)
 
-    def purge_dead_matching(self, match: DeadMatch, *, limit: int) -> int:
+    def purge_dead_matching(self, match: DeadMatch, *, limit: int, connection: Any = None) -> int:
         """Delete the oldest *limit* dead letters *match* selects; how many were deleted."""
-        self._ready()
-        with self.store.write() as conn:
+        with self._writing(connection) as conn:
             return self.store.dead_delete_matching(conn, self._canonical(match), limit)
 
     @staticmethod
@@ -545,10 +560,9 @@ class SQLiteBroker(Broker):
         with self.store.read() as conn:
             return [dict(zip(keys, row, strict=True)) for row in self.store.unclean_list(conn, limit)]
 
-    def acknowledge_unclean_exits(self, owners: Sequence[str]) -> int:
+    def acknowledge_unclean_exits(self, owners: Sequence[str], *, connection: Any = None) -> int:
         """Forget the unclean exits of *owners* (an operator saw them); how many there were."""
-        self._ready()
-        with self.store.write() as conn:
+        with self._writing(connection) as conn:
             return self.store.unclean_delete(conn, owners)
 
     def counters(self) -> dict[str, int]:

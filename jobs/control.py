@@ -8,6 +8,7 @@ from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import Engine
+from sqlalchemy.orm import Session
 
 from broker import SQLiteBroker, expedite_delayed
 from settings.environment import Settings
@@ -58,14 +59,14 @@ def _visible(job: store.JobRow | None, by: str, is_admin: bool) -> store.JobRow:
     return job
 
 
-def cancel(engine: Engine, job_id: str, *, by: str, is_admin: bool = False) -> CancelResult:
+def cancel(target: Engine | Session, job_id: str, *, by: str, is_admin: bool = False) -> CancelResult:
     """Cancel a job: at once if queued, at its next checkpoint if running; a clear answer if finished.
 
     Takes the same write lock as a result commit (``BEGIN IMMEDIATE`` / the job's row lock), so
     exactly one of them wins and the other sees it.
 
     Parameters:
-      engine: The job database.
+      target: The job database, or a Session whose transaction to join (``db.write_session``).
       job_id: The job.
       by: The caller's owner id (only the owner, or an admin, may cancel).
       is_admin: Whether the caller may act on anyone's job.
@@ -76,7 +77,7 @@ def cancel(engine: Engine, job_id: str, *, by: str, is_admin: bool = False) -> C
     Returns:
       What happened and the job as it now is.
     """
-    with db.write(engine) as tx:
+    with db.transaction(target) as tx:
         job = _visible(store.job_get_for_update(tx.conn, job_id), by, is_admin)
         now = store.now_ms()
         outcome: CancelOutcome
@@ -95,7 +96,7 @@ def cancel(engine: Engine, job_id: str, *, by: str, is_admin: bool = False) -> C
 
 
 def retry(
-    engine: Engine,
+    target: Engine | Session,
     job_id: str,
     *,
     by: str,
@@ -127,7 +128,7 @@ def retry(
     """
     import json
 
-    with db.read(engine) as conn:
+    with db.read(db.engine_of(target)) as conn:
         job = _visible(store.job_get(conn, job_id), by, is_admin)
         exiting = exit_store.exit_get_live(conn, job_id, store.now_ms())
     if exiting is not None:
@@ -140,10 +141,10 @@ def retry(
             f"job {job_id} is {job.status}; only failed, cancelled or interrupted jobs can be retried"
         )
     if job.actor_name == "":  # a workflow parent: re-run the steps that did not succeed
-        return retry_workflow(engine, job_id, by=by, is_admin=is_admin, registry=registry, settings=settings)
+        return retry_workflow(target, job_id, by=by, is_admin=is_admin, registry=registry, settings=settings)
     resource = (job.resource_type, job.resource_id) if job.resource_type is not None else None
     return submit(
-        engine,
+        target,
         owner_id=job.owner_id,
         kind=job.kind,
         payload=json.loads(job.payload),
@@ -160,7 +161,7 @@ def retry(
 
 
 def run_now(
-    engine: Engine,
+    target: Engine | Session,
     job_ids: Iterable[str],
     *,
     by: str = "system",
@@ -178,7 +179,8 @@ def run_now(
     that starts a later backoff early: a backoff is a "not before" hint, see docs/jobs.md).
 
     Parameters:
-      engine: The job database.
+      target: The job database, or a Session whose transaction to join (its brokers must be ready:
+        ``jobs.publish.prepare_broker`` before the Session's transaction opens).
       job_ids: The jobs; any that are not queued with a pending wait (running, finished, due already,
         a workflow step waiting for its dependencies, unknown) are left alone.
       by: Who asked (recorded in the event).
@@ -200,12 +202,12 @@ def run_now(
             return resolve_broker(broker)
 
     # Brokers are made ready before the write transaction opens (see prepare_broker).
-    with db.read(engine) as conn:
+    with db.read(db.engine_of(target)) as conn:
         queued = [j for j in (store.job_get(conn, i) for i in ids) if j is not None and j.status == "queued"]
     for job in queued:
         prepare_broker(broker_of(job.kind), job.queue_name)
     woken: dict[int, tuple[SQLiteBroker, set[str]]] = {}
-    with db.write(engine) as tx:
+    with db.transaction(target) as tx:
         now = store.now_ms()
         expedited = [j for j in (store.job_run_now(tx.conn, i, now) for i in ids) if j is not None]
         groups: dict[tuple[int, str], list[store.ExpeditedJob]] = {}
@@ -226,8 +228,8 @@ def run_now(
                     admission.admit(tx, _candidate(job, now), now=now, delay_ms=0, broker=b)
         for job in expedited:
             events.record(tx, job_id=job.id, sequence=job.sequence, type_="run_now", data={"by": by}, now=now)
-    for b, queues in woken.values():
-        b.wake(queues)
+        for b, queues in woken.values():
+            tx.after_commit(lambda b=b, queues=queues: b.wake(queues))
     return [j.id for j in expedited]
 
 

@@ -161,6 +161,38 @@ def write(engine: Engine) -> Iterator[Tx]:
 
 
 @contextmanager
+def write_session(engine: Engine) -> Iterator[Session]:
+    """A write transaction as a Session, for a caller that joins several writes into one commit.
+
+    Services that take ``target: Engine | Session`` (``submit``, ``cancel``, ``retry``, ``run_now``,
+    ``delete_job``, the scheduler's operator calls) write into it instead of committing on their own;
+    the caller adds its own rows (an audit record) on ``session.connection()``. Commits when the block
+    exits cleanly (after-commit work then runs), rolls everything back when it raises.
+    """
+    with writer_lock(engine), Session(engine) as session, session.begin():
+        yield session
+
+
+@contextmanager
+def transaction(target: Engine | Session) -> Iterator[Tx]:
+    """A write transaction of its own (an Engine: :func:`write`), or the caller's Session's (nothing is
+    committed here; after-commit work waits for the Session's commit)."""
+    if isinstance(target, Session):
+        yield session_tx(target)
+        return
+    with write(target) as tx:
+        yield tx
+
+
+def engine_of(target: Engine | Session) -> Engine:
+    """The engine of *target* (for the reads a service makes outside its write transaction)."""
+    if isinstance(target, Session):
+        bind = target.get_bind()
+        return bind if isinstance(bind, Engine) else bind.engine
+    return target
+
+
+@contextmanager
 def read(engine: Engine) -> Iterator[Connection]:
     """A read-only transaction (deferred ``BEGIN`` on SQLite: it never waits for the writer)."""
     with engine.connect() as conn:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sqlalchemy import Engine
+from sqlalchemy.orm import Session
 
 from . import db, retention_store, store
 from .errors import JobNotDeletable, JobNotFound
@@ -34,10 +35,11 @@ class Deleted:
     events: int
 
 
-def delete_job(engine: Engine, job_id: str, *, by: str, is_admin: bool = False) -> Deleted:
+def delete_job(target: Engine | Session, job_id: str, *, by: str, is_admin: bool = False) -> Deleted:
     """Delete a finished job, or a finished workflow with all its steps.
 
     Parameters:
+      target: The job database, or a Session whose transaction to join.
       by: The acting owner id; only the job's owner (or an admin) may delete it.
 
     Raises:
@@ -45,7 +47,7 @@ def delete_job(engine: Engine, job_id: str, *, by: str, is_admin: bool = False) 
       JobNotDeletable: The job (or a step of the workflow) has not finished, it is a step of a
         workflow, another job references it, or (SQLite) it holds the newest live-feed entry.
     """
-    with db.write(engine) as tx:
+    with db.transaction(target) as tx:
         conn = tx.conn
         job = store.job_get_for_update(conn, job_id)
         if job is None or (not is_admin and job.owner_id != by):

@@ -474,7 +474,7 @@ def _visible_parent(conn: Any, parent_id: str, owner_id: str, is_admin: bool) ->
 
 
 def retry_workflow(
-    engine: Engine,
+    target: Engine | Session,
     parent_id: str,
     *,
     by: str,
@@ -492,7 +492,7 @@ def retry_workflow(
     Returns:
       The new parent's record.
     """
-    with db.read(engine) as conn:
+    with db.read(db.engine_of(target)) as conn:
         parent = _visible_parent(conn, parent_id, by, is_admin)
         children = store.job_children(conn, parent_id)
     if parent.status not in (JobStatus.FAILED, JobStatus.CANCELLED) or not children:
@@ -508,7 +508,7 @@ def retry_workflow(
     steps = [_step_from(s) for s in payload["steps"] if s["name"] not in reused]
     resource = (parent.resource_type, parent.resource_id) if parent.resource_type is not None else None
     return submit_workflow(
-        engine,
+        target,
         owner_id=parent.owner_id,
         name=parent.kind,
         steps=steps,

@@ -1,11 +1,11 @@
 """Health checks: liveness (the process answers) and readiness (its dependencies answer).
 
 The web app wires them to HTTP (``/api/health/live`` → :func:`live`, ``/api/health/ready`` →
-:func:`ready` summary, ``/api/health`` → :func:`ready` with details, admin only)::
+:func:`ready`, with details for callers holding ``metrics.read``)::
 
     report = ready(standard_checks(broker=broker, database=jobs_db_check, output_dir=settings.output_dir,
                                    output_roots=lambda: degraded_output_roots(engine)))
-    return report.to_dict(details=is_admin), report.http_status
+    return report.to_dict(details=can("metrics.read")), report.http_status
 
 A check is a callable that returns a short detail string (or ``None``) when the component is fine
 and raises when it is not. Each runs in its own thread with a timeout, so a hung dependency makes

@@ -34,7 +34,7 @@ SCHEDULE_RESULTS = ("fired", "duplicate", "skipped")
 #: ``outcome`` label values of :data:`JOBS_FINISHED`.
 JOB_OUTCOMES = ("succeeded", "failed", "cancelled", "interrupted")
 #: ``table`` label values of :data:`ROWS_PRUNED`.
-PRUNED_TABLES = ("jobs", "job_events", "outbox", "dead_letters", "schedule_fires")
+PRUNED_TABLES = ("jobs", "job_events", "outbox", "dead_letters", "schedule_fires", "audit_log")
 
 # -- process metrics -------------------------------------------------------------------------------
 

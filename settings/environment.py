@@ -51,6 +51,8 @@ DEFAULT_RETENTION_DAYS = {"succeeded": 7, "failed": 30, "cancelled": 30, "interr
 DEFAULT_RETENTION_EVENTS_DAYS = 30
 DEFAULT_RETENTION_DEAD_LETTERS_DAYS = 7
 DEFAULT_RETENTION_FIRES_DAYS = 7
+#: The audit log outlives the jobs it names: who did what is asked about long after.
+DEFAULT_RETENTION_AUDIT_DAYS = 365
 #: Longest retention accepted, in days (ten years).
 MAX_RETENTION_DAYS = 3650
 #: The packaged ASR model (faster-whisper tiny.en from a wheel; nothing is downloaded).
@@ -169,7 +171,8 @@ class Settings:
       relay_interval_s: How often an idle outbox relay polls.
       sqlite_busy_timeout_ms: SQLite write-lock wait.
       retention_*_days: How long the resync keeps finished jobs per status, events of kept jobs,
-        dead letters and schedule fire rows (``jobs.retention``; runtime settings override them).
+        dead letters, schedule fire rows and audit log rows (``jobs.retention``,
+        ``accounts.audit.prune``; runtime settings override them).
       asr_model / asr_threads / asr_allow_download: Speech recognition (``tasks.transcribe``).
       notify_channels: Path of the notification channels file (``tasks.channels``).
       write_gate_cooldown_s: Time between probes of a degraded output root (``tasks.runtime``).
@@ -235,6 +238,10 @@ class Settings:
     retention_fires_days: int = field(
         default=DEFAULT_RETENTION_FIRES_DAYS,
         metadata=_var("TENURE_RETENTION_FIRES_DAYS", "int", minimum=1, maximum=MAX_RETENTION_DAYS),
+    )
+    retention_audit_days: int = field(
+        default=DEFAULT_RETENTION_AUDIT_DAYS,
+        metadata=_var("TENURE_RETENTION_AUDIT_DAYS", "int", minimum=1, maximum=MAX_RETENTION_DAYS),
     )
     asr_model: str = field(default=DEFAULT_ASR_MODEL, metadata=_var("TENURE_ASR_MODEL", "str"))
     asr_threads: int = field(

@@ -27,12 +27,13 @@ on every run (:func:`jobs.retention.effective_policy`), the webhook notifier rea
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
 import re
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -45,6 +46,7 @@ from . import runtime_store as store
 from .environment import (
     DEFAULT_FAIR_SHARE_WINDOW,
     DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_RETENTION_AUDIT_DAYS,
     DEFAULT_RETENTION_DAYS,
     DEFAULT_RETENTION_DEAD_LETTERS_DAYS,
     DEFAULT_RETENTION_EVENTS_DAYS,
@@ -240,6 +242,16 @@ CATALOGUE: tuple[SettingSpec, ...] = (
         minimum=1,
         maximum=MAX_RETENTION_DAYS,
         env=lambda s: getattr(s, "retention_fires_days", None),
+    ),
+    SettingSpec(
+        "retention.audit_days",
+        "int",
+        DEFAULT_RETENTION_AUDIT_DAYS,
+        NEXT_BOUNDARY,
+        "Keep audit log rows this many days (TENURE_RETENTION_AUDIT_DAYS); read by the next resync.",
+        minimum=1,
+        maximum=MAX_RETENTION_DAYS,
+        env=lambda s: getattr(s, "retention_audit_days", None),
     ),
     SettingSpec(
         "jobs.default_max_attempts",
@@ -611,6 +623,17 @@ def _merge_secrets(before: Mapping[str, Any], batch: Mapping[str, Any]) -> dict[
     return document
 
 
+@contextlib.contextmanager
+def _writing(engine: Engine, connection: Connection | None) -> Iterator[Connection]:
+    """A transaction of its own, or a savepoint inside the caller's open one on *connection*."""
+    if connection is None:
+        with engine.begin() as conn:
+            yield conn
+        return
+    with connection.begin_nested():
+        yield connection
+
+
 def put_settings(
     engine: Engine,
     values: Any,
@@ -621,11 +644,15 @@ def put_settings(
     queues: Collection[str] | None = None,
     schedules: Collection[str] | None = None,
     older_snapshots: Callable[[int], int] | None = None,
+    connection: Connection | None = None,
 ) -> dict[str, Any]:
     """Save a new batch as revision ``expected_revision + 1``.
 
     Parameters:
       engine: The job database.
+      connection: A connection to it inside the caller's open transaction: the revision is written
+        there (under a savepoint) and commits with the caller's own rows (an audit record); None: a
+        transaction of its own.
       values: The complete batch (key → value); omitted secrets keep their saved value, ``null`` clears.
       expected_revision: The revision the caller read (0 before the first save).
       by: The admin's owner id.
@@ -645,7 +672,7 @@ def put_settings(
         raise SettingsInvalid({"expected_revision": "must be a non-negative integer"})
     batch = validate(values, queues=queues, schedules=schedules)
     try:
-        with engine.begin() as conn:
+        with _writing(engine, connection) as conn:
             row = store.latest(conn)
             current = row.revision if row else 0
             if current != expected_revision:

@@ -9,8 +9,8 @@ run, and the next tick tries again):
 4. prune what is kept only for a while: finished jobs, their events and published outbox rows
    (``jobs.retention.prune``: per-status retention, workflows whole, retried jobs kept while their
    retry is), dead letters (``broker.purge_dead``), schedule fire rows (each schedule's latest fire
-   row is always kept). Retention is read on every run: ``TENURE_RETENTION_*`` overlaid by the
-   saved runtime settings ``retention.*`` (:func:`retention_in_force`);
+   row is always kept), audit log rows (``accounts.audit.prune``). Retention is read on every run:
+   ``TENURE_RETENTION_*`` overlaid by the saved runtime settings ``retention.*`` (:func:`retention_in_force`);
 5. refresh the schedules' declared text that the UI reads (the next tick is the scheduler's to write);
 6. remove the scratch directories of renders whose worker was killed (``tasks.outputs``).
 
@@ -23,12 +23,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
 import dramatiq
 from dramatiq.broker import Broker
 
+from accounts import audit
 from broker import SQLiteBroker
 from jobs.admission import admit_waiting
 from jobs.outbox import relay_once
@@ -60,11 +62,13 @@ class MaintenanceConfig:
       fire_retention_s: Keep schedule fire rows this long.
       dead_letter_retention_ms: Keep dead letters this long.
       retention: Finished jobs, events and published outbox rows (:class:`jobs.retention.RetentionPolicy`).
+      audit_retention_s: Keep audit log rows this long.
     """
 
     fire_retention_s: float | None = None
     dead_letter_retention_ms: int | None = None
     retention: RetentionPolicy | None = None
+    audit_retention_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,7 @@ class Retention:
     jobs: RetentionPolicy
     fire_retention_s: float
     dead_letter_retention_ms: int
+    audit_retention_s: float
 
 
 @dataclass(frozen=True)
@@ -91,6 +96,7 @@ class ResyncReport:
     partials_removed: int | None = None
     events_pruned: int | None = None
     outbox_pruned: int | None = None
+    audit_pruned: int | None = None
 
 
 _config = MaintenanceConfig()
@@ -132,6 +138,7 @@ def run_resync(broker: Broker, *, config: MaintenanceConfig | None = None) -> Re
         config.retention or RetentionPolicy(),
         config.fire_retention_s or settings.retention_fires_days * DAY_S,
         config.dead_letter_retention_ms or int(settings.retention_dead_letters_days * DAY_S * 1000),
+        config.audit_retention_s or settings.retention_audit_days * DAY_S,
     )
     reaped = step("reap", lambda: broker.reap()) if sqlite else None  # type: ignore[attr-defined]
     recovered = step("recover", lambda: recover_expired(engine, broker=broker).total)
@@ -151,6 +158,10 @@ def run_resync(broker: Broker, *, config: MaintenanceConfig | None = None) -> Re
         else None
     )
     fires = step("prune_fires", lambda: scheduler.prune_fires(retention.fire_retention_s))
+    audited = step(
+        "prune_audit",
+        lambda: audit.prune(engine, datetime.now(UTC) - timedelta(seconds=retention.audit_retention_s)),
+    )
     refreshed = step("refresh_schedules", scheduler.refresh)
     # Scratch directories of renders whose worker was killed (tasks.outputs).
     partials = step("clean_partials", lambda: clean_partial_outputs(engine, Path(settings.output_root)))
@@ -166,6 +177,7 @@ def run_resync(broker: Broker, *, config: MaintenanceConfig | None = None) -> Re
         partials_removed=partials,
         events_pruned=pruned.events if pruned is not None else None,
         outbox_pruned=pruned.outbox if pruned is not None else None,
+        audit_pruned=audited,
     )
     for table, rows in (
         ("jobs", report.jobs_pruned),
@@ -173,9 +185,10 @@ def run_resync(broker: Broker, *, config: MaintenanceConfig | None = None) -> Re
         ("outbox", report.outbox_pruned),
         ("dead_letters", purged),
         ("schedule_fires", fires),
+        ("audit_log", audited),
     ):
         record_pruned(table, rows or 0)
-    if reaped or recovered or republished or report.jobs_pruned or report.events_pruned or purged or fires:
+    if reaped or recovered or republished or report.jobs_pruned or report.events_pruned or purged or fires or audited:
         logger.info("Resync: %s", report)
     else:
         logger.debug("Resync: %s", report)
@@ -202,6 +215,11 @@ def retention_in_force(engine: Any, config: MaintenanceConfig, settings: Setting
             config.dead_letter_retention_ms
             if config.dead_letter_retention_ms is not None
             else int(values["retention.dead_letters_days"] * DAY_S * 1000)
+        ),
+        audit_retention_s=(
+            config.audit_retention_s
+            if config.audit_retention_s is not None
+            else float(values["retention.audit_days"]) * DAY_S
         ),
     )
 

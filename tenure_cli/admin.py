@@ -8,11 +8,12 @@ from typing import Any
 
 
 def add_users_parser(sub: argparse._SubParsersAction) -> None:
-    users = sub.add_parser("users", help="web app accounts")
+    users = sub.add_parser("users", help="web app accounts and roles (each change is recorded in the audit log)")
     users_sub = users.add_subparsers(dest="users_command", required=True)
     create = users_sub.add_parser("create", help="create a user; prints a generated password once")
     create.add_argument("name")
-    create.add_argument("--admin", action="store_true", help="role admin (default: user)")
+    create.add_argument("--role", default=None, help="the user's role (default: user; see `tenure users roles`)")
+    create.add_argument("--admin", action="store_true", help="shorthand for --role admin")
     create.add_argument(
         "--password-stdin", action="store_true", help="read the password from stdin instead of generating one"
     )
@@ -24,6 +25,19 @@ def add_users_parser(sub: argparse._SubParsersAction) -> None:
     reset.add_argument(
         "--password-stdin", action="store_true", help="read the password from stdin instead of generating one"
     )
+    users_sub.add_parser("list", help="every user with their role")
+    set_role = users_sub.add_parser("set-role", help="give a user another role")
+    set_role.add_argument("name")
+    set_role.add_argument("role")
+    users_sub.add_parser("roles", help="every role with the actions it grants")
+    define = users_sub.add_parser("define-role", help="define a role, or replace a defined role's actions")
+    define.add_argument("role")
+    define.add_argument(
+        "--permission", action="append", default=[], metavar="ACTION", help="an action it grants (repeat)"
+    )
+    define.add_argument("--description", default="")
+    drop = users_sub.add_parser("delete-role", help="delete a role nobody holds (built-in roles stay)")
+    drop.add_argument("role")
 
 
 def add_demo_parser(sub: argparse._SubParsersAction) -> None:
@@ -77,6 +91,24 @@ def demo_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _entry(action: str, target_type: str, target: str, **details: Any) -> Any:
+    """An audit entry for a change made from this command line: who ran it (the OS user on this host)."""
+    import getpass
+    import socket
+
+    from accounts import audit
+
+    return audit.Entry(
+        action,
+        actor_name=f"{getpass.getuser()}@{socket.gethostname()}",
+        via="cli",
+        user_agent="tenure users",
+        target_type=target_type,
+        target=target[:300],
+        details=details,
+    )
+
+
 def users_command(args: argparse.Namespace, database_url: str) -> int:
     """``tenure users …``: passwords are read from stdin or generated, never taken from argv."""
     from sqlalchemy import inspect
@@ -89,45 +121,101 @@ def users_command(args: argparse.Namespace, database_url: str) -> int:
         if not inspect(engine).has_table("users"):
             print("tenure: the database has no accounts tables yet; run `tenure db upgrade` first", file=sys.stderr)
             return 1
-        if args.users_command == "ensure-admin":
-            created = accounts.ensure_admin(engine)
-            if created is None:
-                print("an admin account exists")
-                return 0
-            user, password = created
-            print(f"Created admin account {user.username!r} with password: {password}")
-            print("Log in at the web app's /login page; this password is shown only once.")
-            return 0
-        password = sys.stdin.readline().rstrip("\n") if args.password_stdin else None
-        if args.users_command == "set-password":
-            return _set_password(engine, args.name, password)
         try:
-            user, password = accounts.create_user(engine, args.name, password, role="admin" if args.admin else "user")
+            return _users(args, engine)
         except (accounts.AccountError, ValueError) as exc:
             print(f"tenure: {exc}", file=sys.stderr)
             return 1
-        print(f"created {user.role} {user.username!r}")
-        if not args.password_stdin:
-            print(f"password (shown once): {password}")
-        return 0
     finally:
         engine.dispose()
+
+
+def _users(args: argparse.Namespace, engine: Any) -> int:
+    import accounts
+    from accounts import audit
+    from accounts.permissions import ordered
+
+    command = args.users_command
+    if command == "ensure-admin":
+        created = accounts.ensure_admin(engine, entry=_entry("user.create", "user", "admin"))
+        if created is None:
+            print("an admin account exists")
+            return 0
+        user, password = created
+        print(f"Created admin account {user.username!r} with password: {password}")
+        print("Log in at the web app's /login page; this password is shown only once.")
+        return 0
+    if command == "list":
+        for user in accounts.list_users(engine):
+            print("\t".join([user.username, user.role, *(["disabled"] if user.disabled else [])]))
+        return 0
+    if command == "roles":
+        for role in accounts.list_roles(engine):
+            kind = "built-in" if role.builtin else "defined"
+            print(f"{role.name}\t{kind}\t{role.users} user(s)\t{' '.join(ordered(role.permissions))}")
+        return 0
+    if command == "set-role":
+        user = _existing(engine, args.name)
+        with audit.recorded(engine, _entry("user.role", "user", args.name, to=args.role)) as conn:
+            before = accounts.set_role(conn, user.id, args.role)
+        print(f"{args.name}: role {before} -> {args.role}")
+        return 0
+    if command == "define-role":
+        return _define_role(engine, args)
+    if command == "delete-role":
+        with audit.recorded(engine, _entry("role.delete", "role", args.role)) as conn:
+            accounts.delete_role(conn, args.role)
+        print(f"deleted role {args.role!r}")
+        return 0
+    password = sys.stdin.readline().rstrip("\n") if args.password_stdin else None
+    if command == "set-password":
+        return _set_password(engine, args.name, password)
+    role = "admin" if args.admin else (args.role or "user")
+    with audit.recorded(engine, _entry("user.create", "user", args.name, role=role)) as conn:
+        user, password = accounts.create_user(conn, args.name, password, role=role)
+    print(f"created {user.role} {user.username!r}")
+    if not args.password_stdin:
+        print(f"password (shown once): {password}")
+    return 0
+
+
+def _existing(engine: Any, name: str) -> Any:
+    import accounts
+
+    user = accounts.get_user_by_name(engine, name)
+    if user is None:
+        raise accounts.UserNotFound(f"no user named {name!r}")
+    return user
+
+
+def _define_role(engine: Any, args: argparse.Namespace) -> int:
+    import accounts
+    from accounts import audit
+
+    actions = sorted(set(args.permission))
+    existing = accounts.get_role(engine, args.role)
+    action = "role.update" if existing is not None else "role.create"
+    with audit.recorded(engine, _entry(action, "role", args.role, permissions=actions)) as conn:
+        if existing is None:
+            accounts.create_role(conn, args.role, args.description, actions)
+        else:
+            accounts.update_role(conn, args.role, args.description, actions)
+    print(f"role {args.role!r}: {' '.join(actions) or '(no actions)'}")
+    return 0
 
 
 def _set_password(engine: Any, name: str, password: str | None) -> int:
     """``tenure users set-password NAME``: the typed password, or a generated one printed once."""
     import accounts
+    from accounts import audit
 
     user = accounts.get_user_by_name(engine, name)
     if user is None:
         print(f"tenure: no user named {name!r}", file=sys.stderr)
         return 1
     new = accounts.generate_password() if password is None else password
-    try:
-        accounts.set_password(engine, user.id, new)
-    except (accounts.AccountError, ValueError) as exc:
-        print(f"tenure: {exc}", file=sys.stderr)
-        return 1
+    with audit.recorded(engine, _entry("user.password", "user", name)) as conn:
+        accounts.set_password(conn, user.id, new)
     print(f"password of {user.role} {user.username!r} changed")
     if password is None:
         print(f"password (shown once): {new}")

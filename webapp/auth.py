@@ -7,6 +7,11 @@
   cross-site requests.
 - Credentials are only ever read from headers and the form body; never from the URL, never logged,
   never echoed. Failures say "invalid credentials" and nothing more.
+- An :class:`Identity` carries what its caller may do (``permissions``): a session or Basic caller
+  their role's actions, a token those of its actions its user's role grants now. Both are read from
+  the database on every request. What a view needs is checked by :mod:`webapp.permissions`.
+- Logins (the form) and credentials that do not authenticate (the API) are recorded in the audit
+  log: the name that was tried, never the password or token.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import logging
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -27,9 +33,11 @@ from wtforms.validators import DataRequired, Length
 import accounts
 from accounts import sessions
 
+from .audit_log import record_event
 from .errors import Forbidden, Unauthorized
 from .services import services
 
+logger = logging.getLogger(__name__)
 login_manager = LoginManager()
 login_manager.login_view = "auth.login"
 login_manager.login_message = "Please log in."
@@ -39,24 +47,33 @@ csrf = CSRFProtect()
 bp = Blueprint("auth", __name__)
 
 
+#: Reading all owners' jobs (otherwise a caller sees their own).
+READ_ALL = "jobs.read_all"
+
+
 @dataclass(frozen=True, eq=False)
 class Identity(UserMixin):
-    """An authenticated caller and how they proved it (``session`` | ``token`` | ``basic``)."""
+    """An authenticated caller, how they proved it (``session`` | ``token`` | ``basic``) and what they may do."""
 
     user: accounts.User
     via: str = "session"
+    #: The token a ``token`` caller used (its metadata; never the secret).
+    token: accounts.ApiToken | None = None
+    #: The actions this caller may do now (a token: its actions that its user's role still grants).
+    permissions: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, user: accounts.User, via: str) -> Identity:
+        """A person who proved who they are (session or Basic): their role's actions."""
+        return cls(user, via, None, user.permissions)
 
     def get_id(self) -> str:
         return str(self.user.id)
 
     @property
-    def is_admin(self) -> bool:
-        return self.user.is_admin
-
-    @property
     def scope(self) -> str | None:
-        """The owner whose jobs this caller sees; ``None`` means all (admins)."""
-        return None if self.user.is_admin else self.user.owner_id
+        """The owner whose jobs this caller sees; ``None`` means all (``jobs.read_all``)."""
+        return None if READ_ALL in self.permissions else self.user.owner_id
 
     @property
     def key(self) -> str:
@@ -72,7 +89,25 @@ SESSION_SECRET = "tenure_session"
 @login_manager.user_loader
 def _load_user(user_id: str) -> Identity | None:
     user = sessions.session_user(services().engine, session.get(SESSION_SECRET))
-    return Identity(user, "session") if user is not None and str(user.id) == user_id else None
+    return Identity.of(user, "session") if user is not None and str(user.id) == user_id else None
+
+
+def _refused_credentials(via: str, username: str | None = None) -> None:
+    """Record credentials that did not authenticate (once per request)."""
+    if g.get("credentials_refused"):
+        return
+    g.credentials_refused = True
+    try:
+        record_event(
+            "auth.failed",
+            outcome="refused",
+            reason="invalid credentials",
+            target_type="user" if username else None,
+            target=username,
+            details={"via": via},
+        )
+    except Exception:  # the caller is refused (401) whatever the log does
+        logger.exception("Could not record refused credentials.")
 
 
 def _from_authorization_header() -> Identity | None | bool:
@@ -85,18 +120,27 @@ def _from_authorization_header() -> Identity | None | bool:
     engine = services().engine
     if scheme.lower() == "bearer" and credentials:
         touch = services().should_touch_token(hashlib.sha256(credentials.encode()).hexdigest())
-        user = accounts.authenticate_token(engine, credentials, touch=touch)
-        return Identity(user, "token") if user else None
+        found = accounts.token_identity(engine, credentials, touch=touch)
+        if found is None:
+            _refused_credentials("token")
+            return None
+        return Identity(found.user, "token", found.token, found.permissions)
     if scheme.lower() == "basic" and credentials:
         try:
             decoded = base64.b64decode(credentials, validate=True).decode("utf-8")
         except (binascii.Error, UnicodeDecodeError):
+            _refused_credentials("basic")
             return None
         username, sep, password = decoded.partition(":")
         if not sep:
+            _refused_credentials("basic")
             return None
         user = accounts.authenticate(engine, username, password)
-        return Identity(user, "basic") if user else None
+        if user is None:
+            _refused_credentials("basic", username[:64])
+            return None
+        return Identity.of(user, "basic")
+    _refused_credentials(scheme.lower()[:16] or "none")
     return None
 
 
@@ -121,13 +165,6 @@ def require_identity() -> Identity:
     identity = resolve_identity()
     if identity is None:
         raise Unauthorized()
-    return identity
-
-
-def require_admin() -> Identity:
-    identity = require_identity()
-    if not identity.is_admin:
-        raise Forbidden("This needs the admin role.")
     return identity
 
 
@@ -173,11 +210,22 @@ def login():
     if form.validate_on_submit():
         user = accounts.authenticate(services().engine, form.username.data, form.password.data)
         if user is None:
+            record_event(
+                "login",
+                outcome="refused",
+                reason="invalid user name or password",
+                target_type="user",
+                target=form.username.data[:64],
+            )
             flash("Invalid user name or password.", "error")
             return render_template("login.html", form=form)
+        identity = Identity.of(user, "session")
+        g.identity = identity
+        # Recorded before the session exists: a login the log cannot record does not happen.
+        record_event("login", target_type="user", target=user.username)
         secret = sessions.start_session(services().engine, user.id)
         session.clear()  # a fresh session on login: no fixation
-        login_user(Identity(user, "session"))
+        login_user(identity)
         session[SESSION_SECRET] = secret
         return redirect(_safe_next(request.args.get("next")))
     return render_template("login.html", form=form)

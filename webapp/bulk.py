@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import replace
 from typing import Any
+
+from sqlalchemy.orm import Session
 
 from .errors import Conflict, JobNotFoundError
 from .gateway import RETRYABLE, JobQuery, JobView
@@ -14,9 +17,21 @@ ACTION_STATUSES = {"cancel": ("queued", "running"), "retry": tuple(sorted(RETRYA
 
 
 def bulk_apply(
-    gateway: JobLayerGateway, scope: str | None, by: str, query: JobQuery, action: str, *, limit: int, dry_run: bool
+    gateway: JobLayerGateway,
+    scope: str | None,
+    by: str,
+    query: JobQuery,
+    action: str,
+    *,
+    limit: int,
+    dry_run: bool,
+    session: Session | None = None,
 ) -> dict[str, Any]:
     """Apply *action* (``cancel`` | ``retry``) to up to *limit* jobs matching *query* that allow it now.
+
+    With *session* (``jobs.db.write_session``) every job is changed in that one transaction, each under
+    its own savepoint (a job that cannot be changed is skipped without undoing the others), so the whole
+    action commits with its audit record.
 
     Returns: ``{"dry_run", "matched", "affected", "skipped", "job_ids"}`` — on a dry run, what would be
     affected; otherwise what was (for retry, the NEW jobs' ids). A job that finished or vanished
@@ -36,12 +51,13 @@ def bulk_apply(
     changed = []
     for job in candidates:
         try:
-            if action == "cancel":
-                changed.append(gateway.cancel(scope, job.id, by=by)[0].id)
-            else:
-                new, created = gateway.retry(scope, job.id, by=by)
-                if created:  # a job retried before answers its earlier retry: not retried again
-                    changed.append(new.id)
+            with session.begin_nested() if session is not None else nullcontext():
+                if action == "cancel":
+                    changed.append(gateway.cancel(scope, job.id, by=by, session=session)[0].id)
+                else:
+                    new, created = gateway.retry(scope, job.id, by=by, session=session)
+                    if created:  # a job retried before answers its earlier retry: not retried again
+                        changed.append(new.id)
         except (Conflict, JobNotFoundError):
             continue
     return {

@@ -13,13 +13,18 @@ job record, behind the job's own permissions.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from dramatiq.common import q_name
 
 from broker import DeadMatch
 from jobs.errors import redact
 
 from .errors import Invalid, NotFound
-from .operations import from_ms, known_queues, require_operation
+from .operations import from_ms, joined, known_queues, require_operation
+
+if TYPE_CHECKING:
+    from .audit_log import Audited
 
 #: Longest argument text shown in a preview.
 MAX_ARG_CHARS = 80
@@ -125,11 +130,23 @@ def _last_line(traceback: Any) -> str | None:
     return _clip(redact(lines[-1]), MAX_ERROR_CHARS) if lines else None
 
 
-def replay(broker: Any, queue: str, ids: list[int] | None) -> int:
-    """Replay dead letters of *queue*: the given row ids, or all of it."""
+def replay(broker: Any, queue: str, ids: list[int] | None, *, act: Audited | None = None) -> int:
+    """Replay dead letters of *queue*: the given row ids, or all of it (in *act*'s transaction where the
+    broker is on the job database)."""
     if queue not in known_queues(broker):
         raise NotFound(f"No queue named {queue!r}.")
-    return int(require_operation(broker, "replay_dead")(queue, ids))
+    tx = joined(broker, act)
+    replayed = int(require_operation(broker, "replay_dead")(queue, ids, **tx))
+    if replayed and tx and act is not None:
+        act.after_commit(lambda: broker.wake([q_name(queue)]))
+    return replayed
+
+
+def purge(broker: Any, queue: str, ids: list[int] | None, *, act: Audited | None = None) -> int:
+    """Delete dead letters of *queue* for good: the given row ids, or all of it."""
+    if queue not in known_queues(broker):
+        raise NotFound(f"No queue named {queue!r}.")
+    return int(require_operation(broker, "delete_dead")(queue, ids, **joined(broker, act)))
 
 
 def bulk(
@@ -139,8 +156,10 @@ def bulk(
     *,
     dry_run: bool,
     limit: int = MAX_BULK,
+    act: Audited | None = None,
 ) -> dict[str, Any]:
-    """Replay or purge every dead letter *match* selects (the oldest *limit*), or only count them.
+    """Replay or purge every dead letter *match* selects (the oldest *limit*), or only count them
+    (the action in *act*'s transaction where the broker is on the job database).
 
     A dry run answers ``through_id``: the newest row it counted. Confirming with that id acts on
     what the dry run counted and never on letters that died since.
@@ -167,7 +186,12 @@ def bulk(
             "ids": ids[:100],
         }
     method = "replay_dead_matching" if action == "replay" else "purge_dead_matching"
-    done = int(require_operation(broker, method)(match, limit=limit))
+    tx = joined(broker, act)
+    done = int(require_operation(broker, method)(match, limit=limit, **tx))
+    if done and action == "replay" and tx and act is not None:
+        # Which queues got letters back is the broker's to know: wake every one the filter could cover.
+        queues = {q_name(match.queue)} if match.queue else set(known_queues(broker))
+        act.after_commit(lambda: broker.wake(queues))
     return {
         "action": action,
         "dry_run": False,

@@ -122,8 +122,8 @@ def apply(search: Search, query: JobQuery, identity: Any, engine: Any) -> JobQue
             changes[field] = value
     if search.owner is not None:
         user = accounts.get_user_by_name(engine, search.owner)
-        if not identity.is_admin and search.owner != identity.user.username:
-            raise Forbidden("Only admins may search other users' jobs.")
+        if identity.scope is not None and search.owner != identity.user.username:
+            raise Forbidden("Searching other users' jobs needs the jobs.read_all permission.")
         # An unknown name matches no job: no owner id is empty.
         changes["owner_id"] = user.owner_id if user is not None else ""
     return replace(query, **changes)

@@ -24,8 +24,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy.orm import Session
+
 import jobs as joblayer
 from jobs import feeds
+from jobs.db import session_tx
+from jobs.publish import prepare_broker
 from jobs.queries import (
     CursorUnknown,
     JobFilter,
@@ -186,11 +190,26 @@ class JobLayerGateway:
             raise JobNotFoundError() from None
         return [AttemptView(a.attempt, a.started_at, a.ended_at, a.outcome, a.next, a.error, a.host) for a in records]
 
-    def cancel(self, scope: str | None, job_id: str, *, by: str | None = None) -> tuple[JobView, str]:
+    def prepare_brokers(self) -> None:
+        """Get every kind's broker ready before a Session's write transaction opens (``prepare_broker``)."""
+        prepare_broker(self.broker)
+        for name in self.registry.names():
+            kind = self.registry.get(name)
+            try:
+                prepare_broker(self.registry.broker_for(name), kind.queue)
+            except joblayer.UnknownKind:
+                continue  # a kind no broker runs: submitting it is refused anyway
+
+    # The commands below take ``session``: a transaction (``jobs.db.write_session``) they join instead
+    # of committing on their own, so the caller's audit record commits with them.
+
+    def cancel(
+        self, scope: str | None, job_id: str, *, by: str | None = None, session: Session | None = None
+    ) -> tuple[JobView, str]:
         """Returns (job, outcome) with outcome ``cancelled`` or ``cancel_requested``; Conflict when finished.
         *by* is the acting user's owner id (recorded in the job's events)."""
         try:
-            result = joblayer.cancel(self.engine, job_id, by=by or scope or "admin", is_admin=scope is None)
+            result = joblayer.cancel(session or self.engine, job_id, by=by or scope or "admin", is_admin=scope is None)
         except joblayer.JobNotFound:
             raise JobNotFoundError() from None
         if result.outcome == joblayer.CancelOutcome.ALREADY_FINISHED:
@@ -198,12 +217,14 @@ class JobLayerGateway:
         outcome = "cancelled" if result.outcome == joblayer.CancelOutcome.CANCELLED else "cancel_requested"
         return self._view(result.job), outcome
 
-    def retry(self, scope: str | None, job_id: str, *, by: str | None = None) -> tuple[JobView, bool]:
+    def retry(
+        self, scope: str | None, job_id: str, *, by: str | None = None, session: Session | None = None
+    ) -> tuple[JobView, bool]:
         """(the NEW job, created). A job is retried once: asking again returns that retry with created
         False. Conflict when the job's status does not allow a retry."""
         try:
             record = joblayer.retry(
-                self.engine,
+                session or self.engine,
                 job_id,
                 by=by or scope or "admin",
                 is_admin=scope is None,
@@ -221,25 +242,33 @@ class JobLayerGateway:
             raise Conflict("This job's retry key was used by another request of yours; submit it anew.") from None
         return self._view(record), bool(record.created)
 
-    def run_now(self, scope: str | None, job_id: str, *, by: str) -> JobView:
+    def run_now(self, scope: str | None, job_id: str, *, by: str, session: Session | None = None) -> None:
         """Start a queued job now instead of after its delay or retry backoff; Conflict when it is not waiting."""
         self.get(scope, job_id)  # 404 for missing/foreign jobs first
-        if not joblayer.run_now(self.engine, [job_id], by=by, registry=self.registry, broker=self.broker):
+        target = session or self.engine
+        if not joblayer.run_now(target, [job_id], by=by, registry=self.registry, broker=self.broker):
             raise Conflict("The job is not waiting: only a queued job with a delay or a retry backoff can run now.")
-        return self.get(scope, job_id)
 
-    def delete(self, scope: str | None, job_id: str, *, by: str) -> list[str]:
-        """Delete a finished job (a workflow with its steps) and its output files; returns the ids deleted.
-        Conflict (with the reason) when it may not go yet."""
+    def delete(self, scope: str | None, job_id: str, *, by: str, session: Session | None = None) -> list[str]:
+        """Delete a finished job (a workflow with its steps) and, once that commits, its output files;
+        returns the ids deleted. Conflict (with the reason) when it may not go yet."""
+        target = session or self.engine
         try:
-            deleted = joblayer.delete_job(self.engine, job_id, by=scope or by, is_admin=scope is None)
+            deleted = joblayer.delete_job(target, job_id, by=scope or by, is_admin=scope is None)
         except joblayer.JobNotFound:
             raise JobNotFoundError() from None
         except joblayer.JobNotDeletable as exc:
             raise Conflict(str(exc)) from None
-        for deleted_id in deleted.job_ids:
+
+        def remove_files() -> None:
             # The files are reachable only through their job: with it gone, nothing could read them.
-            shutil.rmtree(self._output_dir(deleted_id), ignore_errors=True)
+            for deleted_id in deleted.job_ids:
+                shutil.rmtree(self._output_dir(deleted_id), ignore_errors=True)
+
+        if session is None:
+            remove_files()
+        else:
+            session_tx(session).after_commit(remove_files)
         return list(deleted.job_ids)
 
     # -- lists ---------------------------------------------------------------------------------
@@ -388,10 +417,10 @@ class JobLayerGateway:
             return []
         return [_schedule_view(v, history.get(v.name, ())) for v in views]
 
-    def run_schedule_now(self, name, *, owner_id):  # type: ignore[no-untyped-def]
+    def run_schedule_now(self, name, *, owner_id, session=None):  # type: ignore[no-untyped-def]
         scheduling = _scheduling()
         try:
-            fire = scheduling.run_now(name, by=owner_id, broker=self.broker)
+            fire = scheduling.run_now(name, by=owner_id, broker=self.broker, session=session)
         except scheduling.ScheduleNotFound:
             raise NotFound(f"No schedule named {name!r}.") from None
         return {
@@ -401,13 +430,13 @@ class JobLayerGateway:
             "fired_at": datetime.fromtimestamp(fire.fired_at / 1000, UTC),
         }
 
-    def set_schedule_paused(self, name, paused, *, by):  # type: ignore[no-untyped-def]
+    def set_schedule_paused(self, name, paused, *, by, session=None):  # type: ignore[no-untyped-def]
         scheduling = _scheduling()
         try:
             if paused:
-                scheduling.pause(name, by=by, broker=self.broker)
+                scheduling.pause(name, by=by, broker=self.broker, session=session)
             else:
-                scheduling.resume(name, broker=self.broker)
+                scheduling.resume(name, broker=self.broker, session=session)
         except scheduling.ScheduleNotFound:
             raise NotFound(f"No schedule named {name!r}.") from None
         return {"name": name, "paused": paused}

@@ -60,10 +60,11 @@ from wsproto.events import TextMessage
 
 from accounts import sessions
 
-from .auth import SESSION_SECRET, Identity, origin_allowed, resolve_identity
+from .auth import SESSION_SECRET, Identity, origin_allowed
 from .errors import ApiError, Forbidden, Invalid, TooManyRequests, Unauthorized
 from .gateway import FeedLost
 from .live_limits import Slot
+from .permissions import require
 from .services import services
 
 bp = Blueprint("live", __name__, url_prefix="/api/v1")
@@ -120,8 +121,11 @@ def _credential(identity: Identity) -> sessions.Credential:
 def _reidentify(engine: Any, admission: Admission) -> Identity | None:
     """Who the stream's credential stands for now (``None``: no one any more), as the request that opened
     it would be identified today."""
-    user = sessions.credential_user(engine, admission.credential)
-    return None if user is None else Identity(user, admission.identity.via)
+    found = sessions.credential_user(engine, admission.credential)
+    if found is None:
+        return None
+    user, permissions = found
+    return Identity(user, admission.identity.via, admission.identity.token, permissions)
 
 
 @bp.before_request
@@ -132,9 +136,8 @@ def _admit() -> Response | None:
             "The live feed takes no query parameters: resume with the Last-Event-ID header (SSE) "
             'or the first WebSocket message {"cursor": …}.'
         )
-    identity = resolve_identity()
-    if identity is None:
-        raise Unauthorized()
+    identity = require("jobs.read_own")
+    assert identity is not None
     if identity.via == "session" and not origin_allowed():
         raise Forbidden("Origin not allowed.")
     if request.endpoint == "live.live_sse":

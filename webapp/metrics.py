@@ -2,18 +2,18 @@
 
 The body comes from :mod:`monitoring.exposition`: this host's multiprocess files plus the gauges
 computed from the database at scrape time — this endpoint is their one scrape target; a worker,
-scheduler or relay with its own metrics port serves only its processes' metrics. It answers admins
-only (the counts span every owner's jobs): Prometheus sends an admin's API token in its
-``authorization`` block; any other user gets 403. ``TENURE_WEB_METRICS_PUBLIC=true`` opens it for a
-scraper on a private network.
+scheduler or relay with its own metrics port serves only its processes' metrics. It needs the
+``metrics.read`` permission (the counts span every owner's jobs): Prometheus sends the API token of a
+viewer, operator or admin (or a token carrying just ``metrics.read``) in its ``authorization`` block;
+anyone else gets 403. ``TENURE_WEB_METRICS_PUBLIC=true`` opens it for a scraper on a private network.
 """
 
 from __future__ import annotations
 
 from flask import Blueprint, Response, current_app, request
 
-from .auth import require_admin
 from .errors import Invalid
+from .permissions import require
 from .services import services
 
 bp = Blueprint("metrics", __name__)
@@ -39,6 +39,8 @@ def _sources():  # type: ignore[no-untyped-def]
 
 #: ``?collect=`` values: what one scrape of this endpoint includes.
 COLLECT = ("all", "process", "database")
+#: What a scrape needs (unless ``METRICS_PUBLIC``).
+READ = "metrics.read"
 
 
 @bp.route("/metrics")
@@ -49,7 +51,7 @@ def metrics() -> Response:
     (``collect=database``, e.g. through the load balancer): see docs/monitoring.md.
     """
     if not current_app.config.get("METRICS_PUBLIC"):
-        require_admin()
+        require(READ)
     collect = request.args.get("collect", "all")
     if collect not in COLLECT:
         raise Invalid(f"collect must be one of {', '.join(COLLECT)}.")
@@ -62,3 +64,7 @@ def metrics() -> Response:
         svc.metrics_sources if collect != "process" else (), processes=collect != "database"
     )
     return Response(body, status=status, headers=headers)
+
+
+# Named like a @permission view's: the check is conditional (METRICS_PUBLIC), so it is made inside.
+metrics.permission = READ  # type: ignore[attr-defined]

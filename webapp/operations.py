@@ -13,11 +13,15 @@ from __future__ import annotations
 import json
 import logging
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from broker.depth import broker_kind, queue_depths
+from jobs.publish import same_sqlite_file
 
 from .errors import Conflict, NotFound, Unavailable
+
+if TYPE_CHECKING:
+    from .audit_log import Audited
 
 logger = logging.getLogger(__name__)
 
@@ -92,8 +96,23 @@ def known_queues(broker: Any) -> set[str]:
     return names
 
 
-def set_paused(broker: Any, queue: str, paused: bool) -> dict[str, Any]:
-    """Pause or resume *queue*.
+def joined(broker: Any, act: Audited | None) -> dict[str, Any]:
+    """The keyword that makes a broker operation join *act*'s transaction: ``{"connection": …}`` when the
+    broker keeps its messages in the job database's SQLite file (the default deployment), else nothing —
+    the broker then commits its change on its own, just before the audit record commits."""
+    if act is None or not same_sqlite_file(act.connection, broker):
+        return {}
+    return {"connection": act.connection}
+
+
+def _wake_after(broker: Any, act: Audited | None, queues: set[str], joined_tx: dict[str, Any]) -> None:
+    # Changes made in the caller's transaction wake idle consumers once it has committed.
+    if joined_tx and queues and act is not None:
+        act.after_commit(lambda: broker.wake(queues))
+
+
+def set_paused(broker: Any, queue: str, paused: bool, *, act: Audited | None = None) -> dict[str, Any]:
+    """Pause or resume *queue* (in *act*'s transaction where the broker is on the job database).
 
     Raises:
       NotFound: No such queue.
@@ -104,7 +123,10 @@ def set_paused(broker: Any, queue: str, paused: bool) -> dict[str, Any]:
     reason = pause_unavailable(broker)
     if reason is not None:
         raise PauseUnavailable(reason)
-    (broker.pause if paused else broker.resume)(queue)
+    tx = joined(broker, act)
+    (broker.pause if paused else broker.resume)(queue, **tx)
+    if not paused:
+        _wake_after(broker, act, {queue}, tx)
     return {"queue": queue, "paused": paused}
 
 
@@ -147,12 +169,12 @@ def unclean_exits(broker: Any) -> list[dict[str, Any]]:
     ]
 
 
-def acknowledge_unclean_exits(broker: Any, owners: list[str], *, by: str) -> int:
+def acknowledge_unclean_exits(broker: Any, owners: list[str], *, by: str, act: Audited | None = None) -> int:
     """Forget the unclean exits of *owners* (they leave the Workers page and readiness); how many.
 
-    Logged with who acknowledged which (the log is the record: the broker forgets the rows)."""
+    Logged with who acknowledged which, and recorded in the audit log by the caller (*act*)."""
     owners = list(dict.fromkeys(owners))
-    count = int(require_operation(broker, "acknowledge_unclean_exits")(owners))
+    count = int(require_operation(broker, "acknowledge_unclean_exits")(owners, **joined(broker, act)))
     logger.warning("%s acknowledged %d unclean exit(s): %s", by, count, ", ".join(owners))
     return count
 

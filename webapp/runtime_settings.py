@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobs.queries import running_jobs_submitted_before
 from settings import runtime as rs
@@ -20,6 +20,9 @@ from settings import runtime as rs
 from . import operations
 from .errors import ApiError, Conflict, Invalid
 from .services import Services
+
+if TYPE_CHECKING:
+    from .audit_log import Audited
 
 logger = logging.getLogger(__name__)
 
@@ -41,8 +44,11 @@ def schedule_names(svc: Services) -> set[str]:
     return {s.name for s in svc.jobs.schedules()}
 
 
-def save(svc: Services, values: Any, expected_revision: int, by: str) -> dict[str, Any]:
+def save(svc: Services, values: Any, expected_revision: int, by: str, *, act: Audited) -> dict[str, Any]:
     """Save a batch and apply its immediate keys; the new view with ``changed`` and ``warnings``.
+
+    The revision is written in *act*'s transaction (it commits with its audit record); the queue and
+    schedule pause keys it changed are applied after that commit, each on its own.
 
     Raises:
       Invalid: Some values do not validate (``details``: key → reason); nothing was saved.
@@ -60,12 +66,17 @@ def save(svc: Services, values: Any, expected_revision: int, by: str) -> dict[st
             # queue before its first message is useful, and a name nothing uses comes back as a warning.
             queues=None,
             schedules=None,
+            connection=act.connection,
         )
     except rs.SettingsInvalid as e:
         raise Invalid("Runtime settings did not validate; nothing was saved.", details=e.errors) from None
     except rs.SettingsConflict as e:
         raise Conflict(str(e), details={"current_revision": e.current}) from None
-    view["warnings"] = apply(svc, view.get("changed", {}), by=by)
+    changed = view.get("changed", {})
+    act.note(revision=view["revision"], changed=sorted(changed))
+    warnings: list[str] = []
+    view["warnings"] = warnings
+    act.after_commit(lambda: warnings.extend(apply(svc, changed, by=by)))
     return view
 
 

@@ -19,7 +19,7 @@
   renews ``expires_at``; a killed process stops renewing and its rows expire.
 
 Revision ID: 0018
-Revises: 0016
+Revises: 0017
 Create Date: 2026-12-12
 """
 
@@ -31,7 +31,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0018"
-down_revision: str | Sequence[str] | None = "0016"
+down_revision: str | Sequence[str] | None = "0017"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dramatiq
 from dramatiq.broker import Broker
+from sqlalchemy.orm import Session
 
 from .declare import schedule_job
 from .middleware import ScheduleMiddleware, install
@@ -41,19 +42,21 @@ def history(per_schedule: int = 10, broker: Broker | None = None) -> dict[str, l
     return scheduler_for(broker or dramatiq.get_broker()).history(per_schedule)
 
 
-def pause(name: str, *, by: str | None = None, broker: Broker | None = None) -> bool:
-    """Pause schedule *name* everywhere; see :meth:`Scheduler.pause`."""
-    return scheduler_for(broker or dramatiq.get_broker()).pause(name, by=by)
+def pause(name: str, *, by: str | None = None, broker: Broker | None = None, session: Session | None = None) -> bool:
+    """Pause schedule *name* everywhere; see :meth:`Scheduler.pause` (*session*: a transaction to join)."""
+    return scheduler_for(broker or dramatiq.get_broker()).pause(name, by=by, session=session)
 
 
-def resume(name: str, *, broker: Broker | None = None) -> bool:
+def resume(name: str, *, broker: Broker | None = None, session: Session | None = None) -> bool:
     """Resume schedule *name*; see :meth:`Scheduler.resume`."""
-    return scheduler_for(broker or dramatiq.get_broker()).resume(name)
+    return scheduler_for(broker or dramatiq.get_broker()).resume(name, session=session)
 
 
-def run_now(name: str, *, by: str | None = None, broker: Broker | None = None) -> FireRecord:
+def run_now(
+    name: str, *, by: str | None = None, broker: Broker | None = None, session: Session | None = None
+) -> FireRecord:
     """Fire schedule *name* once now; see :meth:`Scheduler.run_now`."""
-    return scheduler_for(broker or dramatiq.get_broker()).run_now(name, by=by)
+    return scheduler_for(broker or dramatiq.get_broker()).run_now(name, by=by, session=session)
 
 
 __all__ = [

@@ -24,11 +24,12 @@ and ``tenure_schedule_next_fire_timestamp_seconds`` show) and counts each tick i
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from dramatiq.broker import Broker
@@ -328,8 +329,12 @@ class Scheduler:
             return store.schedule_get(conn, name)
 
     # -- operators' API (the web UI calls these) ---------------------------------------------------
-    def run_now(self, name: str, *, by: str | None = None) -> FireRecord:
+    def run_now(self, name: str, *, by: str | None = None, session: Session | None = None) -> FireRecord:
         """Fire schedule *name* once, now, outside its ticks (works while paused; no jitter).
+
+        Parameters:
+          session: A Session on the schedule database whose transaction the fire joins (its brokers
+            ready: ``jobs.publish.prepare_broker`` before it opened); None: a transaction of its own.
 
         Raises:
           ScheduleNotFound: No periodic actor declares it.
@@ -341,36 +346,48 @@ class Scheduler:
         now = self.clock()
         fire_time = now + 1 if now % 1000 == 0 else now
         if spec.job is not None:
-            return self._run_job_now(spec, fire_time, now, by or self.owner)
+            return self._run_job_now(spec, fire_time, now, by or self.owner, session)
         while True:
             message = self._message(spec, fire_time, now, "manual")
             prepare_broker(self.broker, message.queue_name)
             record = FireRecord(name, fire_time, "manual", message.message_id, None, now, by or self.owner, now)
-            with db.write(self.engine) as tx:
+            with db.transaction(session or self.engine) as tx:
                 store.schedule_ensure(tx.conn, name, now, spec.describe())
                 inserted = store.fire_insert(tx.conn, record)
                 if inserted and self.transactional:
                     self.broker.enqueue(message, connection=tx.conn)
+                elif inserted:
+                    tx.after_commit(lambda message=message: self.broker.enqueue(message))
             if inserted:
                 break
             fire_time += 1 if (fire_time + 1) % 1000 else 2  # two requests in one millisecond
-        if not self.transactional:
-            self.broker.enqueue(message)
         logger.info("Schedule %s run now by %s as message %s.", name, by or self.owner, message.message_id)
         return record
 
-    def _run_job_now(self, spec: Schedule, fire_time: int, now: int, by: str) -> FireRecord:
+    @contextlib.contextmanager
+    def _job_transaction(self, session: Session | None) -> Iterator[Session]:
+        """A Session of its own, or a savepoint in the caller's (a taken tick rolls back only its attempt)."""
+        if session is None:
+            with Session(self.engine) as own, own.begin():
+                yield own
+            return
+        with session.begin_nested():
+            yield session
+
+    def _run_job_now(
+        self, spec: Schedule, fire_time: int, now: int, by: str, session: Session | None = None
+    ) -> FireRecord:
         assert spec.job is not None
         name = spec.schedule_name
         kind = registry.get(spec.job.kind)
         prepare_broker(registry.broker_for(kind.name), kind.queue)
         while True:
             try:
-                with Session(self.engine) as session, session.begin():
-                    conn = session.connection()
+                with self._job_transaction(session) as joined:
+                    conn = joined.connection()
                     store.schedule_ensure(conn, name, now, spec.describe())
                     job = submit(
-                        session,
+                        joined,
                         owner_id=spec.job.owner_id,
                         kind=spec.job.kind,
                         payload=spec.job.payload,
@@ -385,8 +402,11 @@ class Scheduler:
         logger.info("Schedule %s run now by %s as job %s.", name, by, job.id)
         return record
 
-    def pause(self, name: str, *, by: str | None = None) -> bool:
+    def pause(self, name: str, *, by: str | None = None, session: Session | None = None) -> bool:
         """Stop firing *name* (in every scheduler process, from its next tick).
+
+        Parameters:
+          session: A Session on the schedule database whose transaction to join (None: one of its own).
 
         Raises:
           ScheduleNotFound: No periodic actor declares it.
@@ -396,12 +416,15 @@ class Scheduler:
         """
         spec = self.get(name)
         now = self.clock()
-        with db.write(self.engine) as tx:
+        with db.transaction(session or self.engine) as tx:
             store.schedule_ensure(tx.conn, name, now, spec.describe())
             return store.schedule_set_paused(tx.conn, name, True, now, by)
 
-    def resume(self, name: str) -> bool:
+    def resume(self, name: str, *, session: Session | None = None) -> bool:
         """Fire *name* again from its next tick; ticks missed while paused never fire.
+
+        Parameters:
+          session: As for :meth:`pause`.
 
         Raises:
           ScheduleNotFound: No periodic actor declares it.
@@ -411,7 +434,7 @@ class Scheduler:
         """
         spec = self.get(name)
         now = self.clock()
-        with db.write(self.engine) as tx:
+        with db.transaction(session or self.engine) as tx:
             store.schedule_ensure(tx.conn, name, now, spec.describe())
             return store.schedule_set_paused(tx.conn, name, False, now, None)
 

@@ -22,7 +22,7 @@ class Session:
         self.errors: list[str] = []
         self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
         self.page.on("pageerror", lambda e: self.errors.append(str(e)))
-        name, password = dep.admin if who == "admin" else dep.user
+        name, password = dep.login_of(who)
         self.page.goto(dep.base_url + "/login")
         self.page.fill("#username", name)
         self.page.fill("#password", password)

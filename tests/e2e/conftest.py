@@ -43,12 +43,18 @@ class Deployment:
     user: tuple[str, str]
     admin_token: str
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    #: People of the other built-in roles: role → (name, password).
+    others: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+    def login_of(self, who: str) -> tuple[str, str]:
+        """(name, password) of ``admin``, ``user`` or another built-in role's person."""
+        return {"admin": self.admin, "user": self.user, **self.others}[who]
 
     def call(
         self, method: str, path: str, body: Any = None, *, who: str = "admin", headers: dict | None = None
     ) -> tuple[int, Any]:
         """``(status, JSON answer)`` of an API call, whatever the status."""
-        name, password = self.admin if who == "admin" else self.user
+        name, password = self.login_of(who)
         auth = base64.b64encode(f"{name}:{password}".encode()).decode()
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(self.base_url + path, data=data, method=method)
@@ -119,6 +125,9 @@ def deployment(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
     user_pw = "user-password-e2e"
     admin, _ = accounts.create_user(engine, "admin", admin_pw, role="admin")
     accounts.create_user(engine, "ursula", user_pw, role="user")
+    others = {"viewer": ("vera", "viewer-password-e2e"), "operator": ("otto", "operator-password-e2e")}
+    for role, (name, password) in others.items():
+        accounts.create_user(engine, name, password, role=role)
     _, admin_token = accounts.create_token(engine, admin.id, "e2e")
     engine.dispose()
     port = _free_port()
@@ -138,7 +147,9 @@ def deployment(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
     }
     env.update(getattr(request.module, "DEPLOYMENT_ENV", {}))  # a module's own settings (its docstring says why)
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    dep = Deployment(f"http://127.0.0.1:{port}", tmp, env, ("admin", admin_pw), ("ursula", user_pw), admin_token)
+    dep = Deployment(
+        f"http://127.0.0.1:{port}", tmp, env, ("admin", admin_pw), ("ursula", user_pw), admin_token, others=others
+    )
     gunicorn = str(Path(sys.executable).with_name("gunicorn"))
     dep.procs.append(_start([gunicorn, "-c", "gunicorn.conf.py", "webapp:create_app()"], env, tmp / "web.log"))
     dep.procs.append(

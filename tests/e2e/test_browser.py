@@ -9,9 +9,10 @@ non-ASCII text stays text; settings read on/off; at 390 px no page is wider than
 control is on it; the submit form checks the kind's rules in the browser before sending (and the API
 refuses the same payloads with the reason); the media kinds' forms say what their OpenAPI schemas say;
 a failure's error in the list; deleting a finished job from its page; a scheduler back after downtime
-shows the ticks it skipped. Screenshots of every page (1280 and 390 px) go to docs/screenshots/
-(referenced from docs/ui.md), written only when they look different (tests/e2e/screenshots.py). No
-console errors allowed.
+shows the ticks it skipped. Then issue 16's: a viewer sees no action buttons, an operator pauses a queue
+but cannot change settings, and the audit page shows both attempts. Screenshots of every page (1280
+and 390 px) go to docs/screenshots/ (referenced from docs/ui.md), written only when they look different
+(tests/e2e/screenshots.py). No console errors allowed (but the 403 of a page a test opens to be refused).
 """
 
 from __future__ import annotations
@@ -501,6 +502,8 @@ PAGES_390 = (
     "/ops/schedules",
     "/ops/settings",
     "/tokens",
+    "/users",
+    "/audit",
 )
 #: Pages whose 390 px screenshot docs/ui.md shows (dead letters and their bulk confirmation: taken with
 #: letters, in the test above; the login page: below, logged out).
@@ -516,6 +519,8 @@ SHOTS_390 = {
     "/ops/settings": "mobile-settings",
     "/ops/schedules": "mobile-schedules",
     "/tokens": "mobile-tokens",
+    "/users": "mobile-users",
+    "/audit": "mobile-audit",
 }
 
 
@@ -555,10 +560,89 @@ def test_every_page_fits_390px_with_its_controls_on_screen(browser, deployment: 
     s.close()
 
 
+def _refused_pages_only(session: Session) -> None:
+    """The console errors are the 403s of the pages the test opened to be refused, and nothing else."""
+    assert session.errors and all("403" in e for e in session.errors), session.errors
+    session.errors.clear()
+
+
+def test_what_each_role_sees_and_the_audit_page_shows(browser, deployment: Deployment) -> None:  # type: ignore[no-untyped-def]
+    """A viewer sees no action buttons; an operator pauses a queue but cannot change settings; the admin's
+    audit page shows both of the operator's attempts."""
+    failed = deployment.submit("e2e_fail", {"message": "viewer test"})
+    deployment.wait_job(failed["id"], lambda j: j["status"] == "failed")
+    viewer = Session(browser, deployment, "viewer")
+    page = viewer.page
+    nav = page.inner_text("header nav")
+    assert "Jobs" in nav and "Operations" in nav and "Tokens" in nav
+    assert "Submit" not in nav and "Users" not in nav and "Audit" not in nav
+    assert page.locator("#bulk").count() == 0 and page.locator("input[name=ids]").count() == 0
+    assert page.locator(f"#job-{failed['id']}").count() == 1  # a viewer reads everyone's jobs
+    page.goto(f"{deployment.base_url}/jobs/{failed['id']}")
+    assert page.locator("#job-panel button").count() == 0 and page.locator("#no-actions").is_visible()
+    for path in ("/ops/queues", "/ops/dead", "/ops/schedules", "/ops/workers"):
+        page.goto(deployment.base_url + path)
+        assert page.locator("main form[method=post] button").count() == 0, path
+        assert page.locator("#subnav-settings").count() == 0, path
+    page.goto(deployment.base_url + "/submit")
+    assert "needs the jobs.submit permission" in page.inner_text("main")
+    _refused_pages_only(viewer)
+    viewer.close()
+
+    operator = Session(browser, deployment, "operator")
+    page = operator.page
+    nav = page.inner_text("header nav")
+    assert "Operations" in nav and "Submit" in nav and "Users" not in nav and "Audit" not in nav
+    page.goto(deployment.base_url + "/ops/queues")
+    assert page.locator("#subnav-settings").count() == 0
+    page.click("#pause-e2e")
+    page.wait_for_selector("#resume-e2e")
+    assert "Queue e2e paused." in page.inner_text(".flash.info")
+    assert next(q for q in deployment.api("GET", "/api/v1/queues") if q["queue"] == "e2e")["paused"]
+    page.click("#resume-e2e")
+    page.wait_for_selector("#pause-e2e")
+    # Settings: the page is refused, and so is a save posted from this session (with its CSRF token)
+    revision = deployment.api("GET", "/api/v1/settings")["revision"]
+    page.goto(deployment.base_url + "/ops/settings")
+    assert "needs the settings.change permission" in page.inner_text("main")
+    csrf = page.get_attribute("meta[name=csrf-token]", "content")
+    posted = page.request.post(
+        deployment.base_url + "/ops/settings",
+        form={"csrf_token": csrf or "", "expected_revision": str(revision), "v:retention.audit_days": "1"},
+        max_redirects=0,
+    )
+    assert posted.status == 403
+    assert deployment.api("GET", "/api/v1/settings")["revision"] == revision
+    _refused_pages_only(operator)
+    operator.close()
+
+    admin = Session(browser, deployment, "admin")
+    page = admin.page
+    page.click("#nav-audit")
+    page.wait_for_url("**/audit")
+    page.fill("input[name=actor]", "otto")
+    page.click("#audit-filters button[type=submit]")
+    page.wait_for_url("**/audit?*")
+    rows = {
+        (r.get_attribute("data-action"), r.get_attribute("data-outcome")) for r in page.locator("tr.audit-row").all()
+    }
+    assert {("queue.pause", "ok"), ("queue.resume", "ok"), ("settings.save", "refused"), ("access", "refused")} <= rows
+    refused = page.locator("tr.audit-row[data-action='settings.save']").first.inner_text()
+    assert "needs the settings.change permission" in refused and "via session" in refused
+    admin.shot("audit")
+    page.click("#nav-users")
+    page.wait_for_url("**/users")
+    assert page.locator("#user-otto select[name=role]").input_value() == "operator"
+    admin.shot("users")
+    admin.close()
+
+
 def test_no_credentials_in_logs(deployment: Deployment) -> None:
     """After the whole walk (logins, Basic and bearer API calls), no password or token was logged."""
     logs = (deployment.tmp / "web.log").read_text() + (deployment.tmp / "worker.log").read_text()
     assert "Authorization" not in logs
     for secret in (deployment.admin[1], deployment.user[1], deployment.admin_token):
         assert secret not in logs
+    for _, password in deployment.others.values():
+        assert password not in logs
     assert "POST /login" in logs  # the access log is there, just without secrets

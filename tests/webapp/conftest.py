@@ -183,3 +183,20 @@ def newest_first(driver: JobDriver, ids: list[str]) -> list[str]:
     """*ids* in the order job lists show them: newest first (by ``created_at``, then id)."""
     records = [driver.job(i) for i in ids]
     return [r.id for r in sorted(records, key=lambda r: (r.created_at, r.id), reverse=True)]
+
+
+#: The scoped token of the permission tests: an operator's token carrying some of the operator's actions.
+SCOPED_TOKEN = frozenset({"jobs.read_own", "jobs.cancel", "metrics.read", "queues.pause"})
+
+
+@pytest.fixture()
+def world(app: Flask, driver: JobDriver, web_broker: SQLiteBroker, database_path: Path):  # type: ignore[no-untyped-def]
+    """A person of every built-in role, an operator's scoped token, and the schedule (tests/webapp/world.py)."""
+    from .world import World, declare_schedule
+
+    declare_schedule(web_broker, driver.engine)
+    w = World(app, driver, web_broker, database_path)
+    for role in ("viewer", "user", "operator", "admin"):
+        w.callers[role] = w.person(role)
+    w.callers["scoped"] = w.person("operator", token_actions=SCOPED_TOKEN)
+    return w

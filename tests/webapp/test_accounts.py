@@ -6,17 +6,21 @@ import io
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine, create_engine
+from sqlalchemy import Engine
 
 import accounts
 import tenure_cli
 from accounts.store import metadata
+from jobs import schema
+from jobs.db import make_engine
 
 
 @pytest.fixture()
-def engine(tmp_path: Path) -> Engine:
-    eng = create_engine(f"sqlite:///{tmp_path / 'accounts.db'}")
-    metadata.create_all(eng)
+def engine(tmp_path: Path, migrated_template: Path) -> Engine:
+    """A migrated database: the built-in roles are rows its revisions wrote."""
+    path = tmp_path / "accounts.db"
+    path.write_bytes(migrated_template.read_bytes())
+    eng = make_engine(f"sqlite:///{path}")
     yield eng
     eng.dispose()
 
@@ -115,33 +119,132 @@ def test_cli_set_password(engine: Engine, monkeypatch: pytest.MonkeyPatch, capsy
     assert accounts.authenticate(engine, "admin", "another long password") is not None
 
 
-def test_migration_0002_creates_the_accounts_tables(tmp_path: Path) -> None:
-    """Replaying the migrations up to 0002 gives the accounts tables exactly as the models declare them."""
-    from alembic import command
+def test_migrations_create_the_accounts_tables(tmp_path: Path) -> None:
+    """Replaying the migrations gives the accounts and audit tables exactly as the models declare them."""
     from alembic.autogenerate import compare_metadata
     from alembic.runtime.migration import MigrationContext
     from sqlalchemy import inspect
 
-    from accounts.store import api_tokens, users
-    from jobs.db import make_engine
-    from jobs.schema import alembic_config
+    import accounts.audit_store  # noqa: F401  (its table is part of the metadata)
+    import accounts.session_store  # noqa: F401  (so are the login sessions' and the live slots')
+    import accounts.slot_store  # noqa: F401
 
     url = f"sqlite:///{tmp_path / 'm.db'}"
-    command.upgrade(alembic_config(url), "0002")
+    schema.upgrade(url)
+    tables = set(metadata.tables)
+    assert tables == {"roles", "role_permissions", "users", "api_tokens", "audit_log", "login_sessions", "live_slots"}
     engine = make_engine(url)
     try:
         with engine.connect() as conn:
 
             def only_accounts(obj, name, type_, reflected, compare_to):  # type: ignore[no-untyped-def]
                 table = name if type_ == "table" else getattr(getattr(obj, "table", None), "name", None)
-                return table in ("users", "api_tokens")
+                return table in tables
 
             ctx = MigrationContext.configure(conn, opts={"compare_type": True, "include_object": only_accounts})
             assert compare_metadata(ctx, metadata) == []
-            checks = {c["name"] for t in ("users", "api_tokens") for c in inspect(conn).get_check_constraints(t)}
-        assert checks == {"ck_users_role_known", "ck_api_tokens_revoked_after_created"}
+            checks = {c["name"] for t in tables for c in inspect(conn).get_check_constraints(t)}
+        assert checks == {"ck_api_tokens_revoked_after_created", "ck_audit_log_outcome_known"}
         user, _ = accounts.create_user(engine, "ivan", role="admin")
         assert accounts.create_token(engine, user.id, "t")[0].active
     finally:
         engine.dispose()
-    assert users.name == "users" and api_tokens.name == "api_tokens"
+
+
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.services)])
+def test_revision_0017_keeps_every_user_and_token(tmp_path: Path, backend: str) -> None:
+    """Users of revision 0016's ``admin``/``user`` CHECK get the built-in roles of those names, and their
+    tokens keep working with every action of their role (on SQLite the users table is rebuilt: its
+    tokens, which cascade on delete, must survive that)."""
+    from contextlib import nullcontext
+
+    from alembic import command
+    from sqlalchemy import text
+
+    from jobs.schema import alembic_config
+    from tests.integration.jobs.support import postgres_database
+
+    with postgres_database() if backend == "postgres" else nullcontext(f"sqlite:///{tmp_path / 'm.db'}") as url:
+        command.upgrade(alembic_config(url), "0016")
+        engine = make_engine(url)
+        try:
+            secrets = {}
+            with engine.begin() as conn:
+                for name, role in (("old-admin", "admin"), ("old-user", "user")):
+                    conn.execute(
+                        text(
+                            "INSERT INTO users (username, password_hash, role, disabled, created_at) "
+                            "VALUES (:n, :h, :r, false, 1)"
+                        ),
+                        {"n": name, "h": accounts.hash_password("a long password"), "r": role},
+                    )
+                    secret = f"tnr_{name}-{'x' * 30}"
+                    conn.execute(
+                        text(
+                            "INSERT INTO api_tokens (user_id, name, prefix, token_hash, created_at) "
+                            "SELECT id, 'old', :p, :h, 1 FROM users WHERE username = :n"
+                        ),
+                        {"p": secret[:10], "h": accounts._token_hash(secret), "n": name},
+                    )
+                    secrets[name] = secret
+            command.upgrade(alembic_config(url), "head")
+            for name, role in (("old-admin", "admin"), ("old-user", "user")):
+                found = accounts.token_identity(engine, secrets[name])
+                assert found is not None and found.user.role == role
+                assert found.permissions == accounts.permissions.BUILTIN_ROLES[role][1]
+                assert accounts.authenticate(engine, name, "a long password") is not None
+            assert {r.name: r.permissions for r in accounts.list_roles(engine)} == {
+                name: actions for name, (_, actions) in accounts.permissions.BUILTIN_ROLES.items()
+            }
+            # The audit log takes rows and pages them on this database too
+            from accounts import audit
+
+            for n in range(3):
+                audit.record_alone(engine, audit.Entry("queue.pause", actor_name="old-admin", target=f"q{n}"))
+            first = audit.page(engine, audit.AuditFilter(actor="old-admin"), limit=2)
+            rest = audit.page(engine, audit.AuditFilter(actor="old-admin"), cursor=first.next_cursor, limit=2)
+            assert [r.target for r in first.items + rest.items] == ["q2", "q1", "q0"] and rest.next_cursor is None
+        finally:
+            engine.dispose()
+
+
+def test_roles_and_their_guards(engine: Engine) -> None:
+    root, _ = accounts.create_user(engine, "root", role="admin")
+    with pytest.raises(accounts.UnknownRole):
+        accounts.create_user(engine, "x", role="root")
+    accounts.create_role(engine, "reader", "reads", ["jobs.read_own"])
+    with pytest.raises(accounts.RoleExists):
+        accounts.create_role(engine, "reader", "", [])
+    with pytest.raises(accounts.UnknownAction):
+        accounts.create_role(engine, "bad", "", ["jobs.everything"])
+    with pytest.raises(accounts.BuiltinRole):
+        accounts.update_role(engine, "user", "", [])
+    with pytest.raises(accounts.BuiltinRole):
+        accounts.delete_role(engine, "viewer")
+    reader, _ = accounts.create_user(engine, "rita", role="reader")
+    assert reader.permissions == {"jobs.read_own"}
+    with pytest.raises(accounts.RoleInUse):
+        accounts.delete_role(engine, "reader")
+    # A token carries only what the role grants, and loses what the role loses
+    with pytest.raises(accounts.ActionsExceeded):
+        accounts.create_token(engine, reader.id, "t", ["jobs.submit"])
+    _, secret = accounts.create_token(engine, reader.id, "t")
+    accounts.update_role(engine, "reader", "", ["metrics.read"])
+    assert accounts.token_identity(engine, secret).permissions == frozenset()  # type: ignore[union-attr]
+    # The last user who may manage users keeps that
+    with pytest.raises(accounts.LastManager):
+        accounts.set_role(engine, root.id, "user")
+    with pytest.raises(accounts.LastManager):
+        accounts.set_disabled(engine, root.id, True)
+    assert accounts.get_user(engine, root.id).role == "admin"  # type: ignore[union-attr]
+
+
+def test_cli_ensure_admin_is_recorded_with_the_account(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    from accounts import audit
+
+    monkeypatch.setenv("TENURE_DATABASE_URL", str(engine.url))
+    assert tenure_cli.main(["users", "ensure-admin"]) == 0
+    (row,) = audit.page(engine, audit.AuditFilter(action="user.create")).items
+    assert (row.outcome, row.via, row.target, row.details) == ("ok", "cli", "admin", {"role": "admin"})
+    assert tenure_cli.main(["users", "ensure-admin"]) == 0  # an admin exists: nothing done, nothing recorded
+    assert len(audit.page(engine, audit.AuditFilter(action="user.create")).items) == 1

@@ -234,7 +234,7 @@ def test_metrics_needs_auth_unless_public(app, client, root, alice):  # type: ig
         refused = client.get("/metrics", headers=headers)
         assert refused.status_code == 403 and refused.json["error"] == {
             "code": "forbidden",
-            "message": "This needs the admin role.",
+            "message": "This needs the metrics.read permission.",
         }
     assert client.get("/metrics", headers=root.basic).status_code == 200
     login(client, alice)

@@ -9,11 +9,13 @@ from flask.views import MethodView
 from werkzeug.datastructures import FileStorage
 
 from .. import job_search
-from ..auth import api_guard, require_identity
+from ..audit_log import audited
+from ..auth import READ_ALL, api_guard, require_identity
 from ..bulk import bulk_apply
 from ..errors import Forbidden, JobNotFoundError
 from ..gateway import JobQuery
 from ..owners import owner_filter
+from ..permissions import permission, require
 from ..services import services
 from ..uploads import store as store_upload
 from ..uploads import upload_max_bytes
@@ -50,11 +52,11 @@ def _job_id(job_id: str) -> str:
 
 def query_from(args: dict[str, Any]) -> JobQuery:
     """A :class:`JobQuery` from validated filter arguments and the search grammar of ``q``
-    (:mod:`webapp.job_search`); ``owner`` (a user name) only for admins."""
+    (:mod:`webapp.job_search`); ``owner`` (a user name) only for callers who see every owner's jobs."""
     identity = require_identity()
     owner = args.get("owner")
-    if owner and not identity.is_admin:
-        raise Forbidden("Only admins may filter by owner.")
+    if owner and READ_ALL not in identity.permissions:
+        raise Forbidden(f"Filtering by owner needs the {READ_ALL} permission.")
     query = JobQuery(
         statuses=tuple(args.get("status") or ()),
         kind=args.get("kind") or None,
@@ -69,6 +71,7 @@ def query_from(args: dict[str, Any]) -> JobQuery:
 
 @blp.route("/kinds")
 class Kinds(MethodView):
+    @permission("jobs.read_own")
     @blp.response(200, KindSchema(many=True))
     def get(self):
         """Job kinds that can be submitted, with their input fields."""
@@ -77,16 +80,18 @@ class Kinds(MethodView):
 
 @blp.route("/jobs")
 class Jobs(MethodView):
+    @permission("jobs.read_own")
     @blp.arguments(JobListQuerySchema, location="query")
     @blp.response(200, JobPageSchema)
     def get(self, args):
-        """List jobs (your own; admins see all), newest first, with cursor pagination."""
+        """List jobs (your own; with jobs.read_all everyone's), newest first, with cursor pagination."""
         identity = require_identity()
         page = services().jobs.list_jobs(
             identity.scope, query_from(args), cursor=args.get("cursor"), limit=args["limit"]
         )
         return {"items": page.items, "next_cursor": page.next_cursor}
 
+    @permission("jobs.submit")
     @blp.arguments(IdempotencyHeaderSchema, location="headers")
     @blp.arguments(SubmitSchema)
     @blp.response(201, JobSchema, description="created")
@@ -116,35 +121,49 @@ def _job_answer(job: Any, created: bool) -> Any:
 
 @blp.route("/jobs/<job_id>")
 class JobById(MethodView):
+    @permission("jobs.read_own")
     @blp.response(200, JobSchema)
     def get(self, job_id: str):
         """One job (404 when missing or not yours)."""
         return services().jobs.get(require_identity().scope, _job_id(job_id))
 
+    @permission("jobs.cancel", audit_as="job.delete")
     @blp.response(200, DeletedSchema)
     @blp.alt_response(409, schema=None, description="the job has not finished, is a workflow step, or is referred to")
     def delete(self, job_id: str):
-        """Delete a finished job (a workflow with its steps), its events and files: its owner or an admin.
+        """Delete a finished job (a workflow with its steps), its events and files: its owner, or anyone
+        who sees every owner's jobs.
 
         A job that is queued or running, a step of a workflow (delete the workflow) or a job another
         job refers to (its retry) answers 409 with the reason; another user's job 404, like a missing one."""
         identity = require_identity()
-        return {"deleted": services().jobs.delete(identity.scope, _job_id(job_id), by=identity.user.owner_id)}
+        with audited("job.delete", target_type="job", target=job_id) as act:
+            deleted = services().jobs.delete(
+                identity.scope, _job_id(job_id), by=identity.user.owner_id, session=act.session
+            )
+            act.note(deleted=deleted)
+        return {"deleted": deleted}
 
 
 @blp.route("/jobs/<job_id>/cancel")
 class JobCancel(MethodView):
+    @permission("jobs.cancel", audit_as="job.cancel")
     @blp.response(200, CancelResultSchema)
     @blp.alt_response(409, schema=None, description="the job already finished")
     def post(self, job_id: str):
         """Cancel: a queued job ends at once; a running one at its next checkpoint."""
         identity = require_identity()
-        job, outcome = services().jobs.cancel(identity.scope, _job_id(job_id), by=identity.user.owner_id)
+        with audited("job.cancel", target_type="job", target=job_id) as act:
+            job, outcome = services().jobs.cancel(
+                identity.scope, _job_id(job_id), by=identity.user.owner_id, session=act.session
+            )
+            act.note(outcome=outcome)
         return {"outcome": outcome, "job": job}
 
 
 @blp.route("/jobs/<job_id>/retry")
 class JobRetry(MethodView):
+    @permission("jobs.retry", audit_as="job.retry")
     @blp.response(201, JobSchema, description="the new job")
     @blp.alt_response(200, schema=JobSchema, description="the job was retried before: that retry, unchanged")
     @blp.alt_response(
@@ -155,12 +174,17 @@ class JobRetry(MethodView):
 
         A job is retried once: asking again returns the retry made the first time (200)."""
         identity = require_identity()
-        job, created = services().jobs.retry(identity.scope, _job_id(job_id), by=identity.user.owner_id)
+        with audited("job.retry", target_type="job", target=job_id) as act:
+            job, created = services().jobs.retry(
+                identity.scope, _job_id(job_id), by=identity.user.owner_id, session=act.session
+            )
+            act.note(retry=job.id, created=created)
         return _job_answer(job, created)
 
 
 @blp.route("/jobs/<job_id>/attempts")
 class JobAttempts(MethodView):
+    @permission("jobs.read_own")
     @blp.response(200, AttemptListSchema)
     def get(self, job_id: str):
         """The job's attempts, oldest first: when each ran, how it ended, what happened next."""
@@ -169,6 +193,7 @@ class JobAttempts(MethodView):
 
 @blp.route("/jobs/<job_id>/events")
 class JobEvents(MethodView):
+    @permission("jobs.read_own")
     @blp.arguments(EventsQuerySchema, location="query")
     @blp.response(200, EventPageSchema)
     def get(self, args, job_id: str):
@@ -181,6 +206,7 @@ class JobEvents(MethodView):
 
 @blp.route("/jobs/<job_id>/files/<name>")
 class JobFile(MethodView):
+    @permission("jobs.read_own")
     @blp.response(
         200,
         {"type": "string", "format": "binary"},
@@ -194,20 +220,36 @@ class JobFile(MethodView):
 
 
 def run_bulk(action: str, args: dict[str, Any]) -> dict[str, Any]:
-    identity = require_identity()
-    return bulk_apply(
-        services().jobs,
-        identity.scope,
-        identity.user.owner_id,
-        query_from(args["filter"]),
-        action,
-        limit=args["limit"],
-        dry_run=args["dry_run"],
-    )
+    """A bulk action over the filter: needs jobs.bulk (the route's) and the action's own permission.
+    A dry run only counts; the action itself is recorded with its filter and counts."""
+    audit_as = f"jobs.bulk_{action}"
+    identity = require(f"jobs.{action}", audit_as=audit_as)
+    assert identity is not None
+    query = query_from(args["filter"])
+
+    def run(session: Any = None) -> dict[str, Any]:
+        return bulk_apply(
+            services().jobs,
+            identity.scope,
+            identity.user.owner_id,
+            query,
+            action,
+            limit=args["limit"],
+            dry_run=args["dry_run"],
+            session=session,
+        )
+
+    if args["dry_run"]:
+        return run()
+    with audited(audit_as, target_type="jobs", details={"filter": args["filter"], "limit": args["limit"]}) as act:
+        result = run(act.session)
+        act.note(matched=result["matched"], affected=result["affected"], skipped=result["skipped"])
+    return result
 
 
 @blp.route("/jobs/bulk/cancel")
 class BulkCancel(MethodView):
+    @permission("jobs.bulk", audit_as="jobs.bulk_cancel")
     @blp.arguments(BulkSchema)
     @blp.response(200, BulkResultSchema)
     def post(self, args):
@@ -217,6 +259,7 @@ class BulkCancel(MethodView):
 
 @blp.route("/jobs/bulk/retry")
 class BulkRetry(MethodView):
+    @permission("jobs.bulk", audit_as="jobs.bulk_retry")
     @blp.arguments(BulkSchema)
     @blp.response(200, BulkResultSchema)
     def post(self, args):
@@ -226,6 +269,7 @@ class BulkRetry(MethodView):
 
 @blp.route("/uploads")
 class Uploads(MethodView):
+    @permission("jobs.submit")
     @blp.arguments(UploadFilesSchema, location="files")
     @blp.response(201, UploadSchema, description="stored; submit import_recording with the returned payload")
     @blp.alt_response(413, schema=None, description="the upload exceeds UPLOAD_MAX_BYTES")

@@ -1,4 +1,9 @@
-"""Operators' endpoints (admin only): queues, dead letters, workers, schedules, activity."""
+"""Operators' endpoints: queues, dead letters, workers, schedules, activity.
+
+Reading them needs ``metrics.read``; acting needs ``queues.pause`` (queues, run-now, unclean exits),
+``dead_letters.manage`` or ``schedules.manage``. Every action is recorded in the audit log in the
+transaction that does it (:func:`webapp.audit_log.audited`).
+"""
 
 from __future__ import annotations
 
@@ -13,8 +18,10 @@ from broker import DeadMatch
 
 from .. import dead_letters, operations
 from ..activity_windows import WINDOWS
-from ..auth import api_guard, require_admin
-from ..errors import JobNotFoundError, NotFound, Unavailable
+from ..audit_log import audited
+from ..auth import api_guard, require_identity
+from ..errors import JobNotFoundError, NotFound
+from ..permissions import permission
 from ..services import services
 from .blueprint import Blueprint
 from .schemas import (
@@ -55,13 +62,10 @@ class PurgeResultSchema(ma.Schema):
     purged = fields.Integer(required=True)
 
 
-blp = Blueprint("ops_api", __name__, url_prefix="/api/v1", description="Operations (admin role)")
+blp = Blueprint("ops_api", __name__, url_prefix="/api/v1", description="Operations (operators and admins)")
+blp.before_request(api_guard)
 
-
-@blp.before_request
-def _admins_only() -> None:
-    api_guard()
-    require_admin()
+READ = "metrics.read"
 
 
 def _queue_name(name: str) -> str:
@@ -72,6 +76,7 @@ def _queue_name(name: str) -> str:
 
 @blp.route("/queues")
 class Queues(MethodView):
+    @permission(READ)
     @blp.response(200, QueueSchema(many=True))
     def get(self):
         """Each queue's depth by state, lag, consumers and pause flag, from the broker's own counters."""
@@ -80,6 +85,7 @@ class Queues(MethodView):
 
 @blp.route("/admission")
 class Admission(MethodView):
+    @permission(READ)
     @blp.response(200, AdmissionSchema)
     def get(self):
         """What waits for admission per queue and reason (jobs without a broker message yet), fair share's
@@ -89,24 +95,29 @@ class Admission(MethodView):
 
 @blp.route("/queues/<name>/pause")
 class QueuePause(MethodView):
+    @permission("queues.pause", audit_as="queue.pause")
     @blp.response(200, PausedSchema)
     @blp.alt_response(409, schema=None, description="pause_unavailable: this broker cannot pause queues (the reason)")
     def post(self, name: str):
         """Stop claims on the queue; its messages wait (409 with the reason when the broker cannot pause)."""
-        return operations.set_paused(services().broker, _queue_name(name), True)
+        with audited("queue.pause", target_type="queue", target=name) as act:
+            return operations.set_paused(services().broker, _queue_name(name), True, act=act)
 
 
 @blp.route("/queues/<name>/resume")
 class QueueResume(MethodView):
+    @permission("queues.pause", audit_as="queue.resume")
     @blp.response(200, PausedSchema)
     @blp.alt_response(409, schema=None, description="pause_unavailable: this broker cannot pause queues (the reason)")
     def post(self, name: str):
         """Resume claims on the queue."""
-        return operations.set_paused(services().broker, _queue_name(name), False)
+        with audited("queue.resume", target_type="queue", target=name) as act:
+            return operations.set_paused(services().broker, _queue_name(name), False, act=act)
 
 
 @blp.route("/dead")
 class Dead(MethodView):
+    @permission(READ)
     @blp.arguments(DeadQuerySchema, location="query")
     @blp.response(200, DeadLetterSchema(many=True))
     def get(self, args):
@@ -122,11 +133,16 @@ class Dead(MethodView):
 
 @blp.route("/dead/replay")
 class DeadReplay(MethodView):
+    @permission("dead_letters.manage", audit_as="dead_letters.replay")
     @blp.arguments(ReplaySchema)
     @blp.response(200, ReplayResultSchema)
     def post(self, args):
         """Move dead letters (all of a queue, or the given ids) back to ready."""
-        return {"replayed": dead_letters.replay(services().broker, args["queue"], args.get("ids"))}
+        ids = args.get("ids")
+        with audited("dead_letters.replay", target_type="queue", target=args["queue"], details={"ids": ids}) as act:
+            replayed = dead_letters.replay(services().broker, args["queue"], ids, act=act)
+            act.note(replayed=replayed)
+        return {"replayed": replayed}
 
 
 def run_dead_bulk(action: str, args: dict[str, Any]) -> dict[str, Any]:
@@ -137,11 +153,19 @@ def run_dead_bulk(action: str, args: dict[str, Any]) -> dict[str, Any]:
         dead_before=round(f["dead_before"].timestamp() * 1000) if f.get("dead_before") else None,
         through_id=args.get("through_id"),
     )
-    return dead_letters.bulk(services().broker, action, match, dry_run=args["dry_run"], limit=args["limit"])
+    broker = services().broker
+    if args["dry_run"]:
+        return dead_letters.bulk(broker, action, match, dry_run=True, limit=args["limit"])
+    details = {"filter": f, "through_id": args.get("through_id"), "limit": args["limit"]}
+    with audited(f"dead_letters.bulk_{action}", target_type="dead_letters", details=details) as act:
+        result = dead_letters.bulk(broker, action, match, dry_run=False, limit=args["limit"], act=act)
+        act.note(matched=result["matched"], affected=result["affected"])
+    return result
 
 
 @blp.route("/dead/bulk/replay")
 class DeadBulkReplay(MethodView):
+    @permission("dead_letters.manage", audit_as="dead_letters.bulk_replay")
     @blp.arguments(DeadBulkSchema)
     @blp.response(200, DeadBulkResultSchema)
     def post(self, args):
@@ -153,6 +177,7 @@ class DeadBulkReplay(MethodView):
 
 @blp.route("/dead/bulk/purge")
 class DeadBulkPurge(MethodView):
+    @permission("dead_letters.manage", audit_as="dead_letters.bulk_purge")
     @blp.arguments(DeadBulkSchema)
     @blp.response(200, DeadBulkResultSchema)
     def post(self, args):
@@ -164,34 +189,36 @@ class DeadBulkPurge(MethodView):
 
 @blp.route("/dead/purge")
 class DeadPurge(MethodView):
+    @permission("dead_letters.manage", audit_as="dead_letters.purge")
     @blp.arguments(PurgeSchema)
     @blp.response(200, PurgeResultSchema)
     def post(self, args):
         """Delete dead letters (all of a queue, or the given ids) for good."""
-        broker = services().broker
-        queue = args["queue"]
-        if queue not in operations.known_queues(broker):
-            raise NotFound(f"No queue named {queue!r}.")
-        delete = getattr(broker, "delete_dead", None)
-        if delete is None:
-            raise Unavailable(f"The {type(broker).__name__} has no delete dead operation.")
-        return {"purged": int(delete(queue, args.get("ids")))}
+        ids = args.get("ids")
+        with audited("dead_letters.purge", target_type="queue", target=args["queue"], details={"ids": ids}) as act:
+            purged = dead_letters.purge(services().broker, args["queue"], ids, act=act)
+            act.note(purged=purged)
+        return {"purged": purged}
 
 
 @blp.route("/jobs/<job_id>/run-now")
 class JobRunNow(MethodView):
+    @permission("queues.pause", audit_as="job.run_now")
     @blp.response(200, JobSchema)
     @blp.alt_response(409, schema=None, description="the job is not queued with a wait (a delay or a retry's backoff)")
     def post(self, job_id: str):
         """Start a queued job now instead of after its delay or retry backoff."""
-        identity = require_admin()
+        identity = require_identity()
         if not job_id or len(job_id) > ID_MAX:
             raise JobNotFoundError()
-        return services().jobs.run_now(None, job_id, by=identity.user.owner_id)
+        with audited("job.run_now", target_type="job", target=job_id) as act:
+            services().jobs.run_now(identity.scope, job_id, by=identity.user.owner_id, session=act.session)
+        return services().jobs.get(identity.scope, job_id)
 
 
 @blp.route("/workers")
 class Workers(MethodView):
+    @permission(READ)
     @blp.response(200, WorkerSchema(many=True))
     def get(self):
         """Live worker processes with their queues and in-flight messages."""
@@ -200,6 +227,7 @@ class Workers(MethodView):
 
 @blp.route("/workers/unclean-exits")
 class UncleanExits(MethodView):
+    @permission(READ)
     @blp.response(200, UncleanExitSchema(many=True))
     @blp.alt_response(503, schema=None, description="the broker keeps no unclean-exit marker (Redis, RabbitMQ)")
     def get(self):
@@ -210,16 +238,22 @@ class UncleanExits(MethodView):
 
 @blp.route("/workers/unclean-exits/acknowledge")
 class UncleanExitsAcknowledge(MethodView):
+    @permission("queues.pause", audit_as="workers.acknowledge")
     @blp.arguments(AcknowledgeSchema)
     @blp.response(200, AcknowledgedSchema)
     def post(self, args):
         """Acknowledge unclean exits: they leave the Workers page and readiness."""
-        by = require_admin().user.username
-        return {"acknowledged": operations.acknowledge_unclean_exits(services().broker, args["owners"], by=by)}
+        by = require_identity().user.username
+        owners = args["owners"]
+        with audited("workers.acknowledge", target_type="workers", details={"owners": owners[:100]}) as act:
+            count = operations.acknowledge_unclean_exits(services().broker, owners, by=by, act=act)
+            act.note(acknowledged=count)
+        return {"acknowledged": count}
 
 
 @blp.route("/workers/slots")
 class WorkerSlots(MethodView):
+    @permission(READ)
     @blp.response(200, WorkerSlotSchema(many=True))
     def get(self):
         """Every live supervisor's slots (any broker): restarts, crashes in a row, slots given up."""
@@ -228,6 +262,7 @@ class WorkerSlots(MethodView):
 
 @blp.route("/schedules")
 class Schedules(MethodView):
+    @permission(READ)
     @blp.response(200, ScheduleSchema(many=True))
     def get(self):
         """Declared schedules with their next and last fire times."""
@@ -236,33 +271,48 @@ class Schedules(MethodView):
 
 @blp.route("/schedules/<name>/run")
 class ScheduleRun(MethodView):
+    @permission("schedules.manage", audit_as="schedule.run")
     @blp.response(201, FireSchema)
     def post(self, name: str):
         """Fire a schedule once now (outside its cron; also while paused)."""
-        identity = require_admin()
-        return services().jobs.run_schedule_now(_queue_name(name), owner_id=identity.user.owner_id)
+        identity = require_identity()
+        with audited("schedule.run", target_type="schedule", target=name) as act:
+            fire = services().jobs.run_schedule_now(
+                _queue_name(name), owner_id=identity.user.owner_id, session=act.session
+            )
+            act.note(job_id=fire["job_id"], message_id=fire["message_id"])
+        return fire
 
 
 @blp.route("/schedules/<name>/pause")
 class SchedulePause(MethodView):
+    @permission("schedules.manage", audit_as="schedule.pause")
     @blp.response(200, SchedulePausedSchema)
     def post(self, name: str):
         """Stop firing the schedule (every scheduler process, from its next tick)."""
-        identity = require_admin()
-        return services().jobs.set_schedule_paused(_queue_name(name), True, by=identity.user.owner_id)
+        identity = require_identity()
+        with audited("schedule.pause", target_type="schedule", target=name) as act:
+            return services().jobs.set_schedule_paused(
+                _queue_name(name), True, by=identity.user.owner_id, session=act.session
+            )
 
 
 @blp.route("/schedules/<name>/resume")
 class ScheduleResume(MethodView):
+    @permission("schedules.manage", audit_as="schedule.resume")
     @blp.response(200, SchedulePausedSchema)
     def post(self, name: str):
         """Fire the schedule again from its next tick (ticks missed while paused never fire)."""
-        identity = require_admin()
-        return services().jobs.set_schedule_paused(_queue_name(name), False, by=identity.user.owner_id)
+        identity = require_identity()
+        with audited("schedule.resume", target_type="schedule", target=name) as act:
+            return services().jobs.set_schedule_paused(
+                _queue_name(name), False, by=identity.user.owner_id, session=act.session
+            )
 
 
 @blp.route("/activity")
 class Activity(MethodView):
+    @permission(READ)
     @blp.arguments(ActivityQuerySchema, location="query")
     @blp.response(200, ActivityBucketSchema(many=True))
     def get(self, args):

@@ -1,4 +1,4 @@
-"""``/api/v1/settings`` (admin only): runtime settings an admin may change without a deploy."""
+"""``/api/v1/settings`` (``settings.change``): runtime settings an admin may change without a deploy."""
 
 from __future__ import annotations
 
@@ -7,18 +7,15 @@ from flask.views import MethodView
 from marshmallow import fields, validate
 
 from .. import runtime_settings
-from ..auth import api_guard, require_admin
+from ..audit_log import audited
+from ..auth import api_guard, require_identity
+from ..permissions import permission
 from ..services import services
 from .blueprint import Blueprint
 from .schemas import OwnerName, WholeNumber
 
-blp = Blueprint("settings_api", __name__, url_prefix="/api/v1", description="Runtime settings (admin role)")
-
-
-@blp.before_request
-def _admins_only() -> None:
-    api_guard()
-    require_admin()
+blp = Blueprint("settings_api", __name__, url_prefix="/api/v1", description="Runtime settings (settings.change)")
+blp.before_request(api_guard)
 
 
 def _values_dict(**kwargs: object) -> fields.Dict:
@@ -69,15 +66,20 @@ class RuntimeSettingsPutSchema(ma.Schema):
 
 @blp.route("/settings")
 class Settings(MethodView):
+    @permission("settings.change")
     @blp.response(200, RuntimeSettingsSchema)
     def get(self):
         """Saved and effective runtime settings, revision, pending restarts (secrets shown as set/unset)."""
         return runtime_settings.current(services())
 
+    @permission("settings.change", audit_as="settings.save")
     @blp.arguments(RuntimeSettingsPutSchema)
     @blp.response(200, RuntimeSettingsSchema)
     @blp.alt_response(409, schema=None, description="expected_revision is not the latest revision")
     def put(self, args):
         """Save a new revision (validated as a whole: a failed save saves nothing)."""
-        identity = require_admin()
-        return runtime_settings.save(services(), args["values"], args["expected_revision"], identity.user.owner_id)
+        identity = require_identity()
+        with audited("settings.save", target_type="settings") as act:
+            return runtime_settings.save(
+                services(), args["values"], args["expected_revision"], identity.user.owner_id, act=act
+            )

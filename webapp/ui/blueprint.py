@@ -10,6 +10,7 @@ from flask_login import login_required
 
 from ..gateway import STATUSES
 from ..owners import event_data, owner_name, waiting
+from ..permissions import can
 
 bp = Blueprint("ui", __name__, template_folder="../templates")
 
@@ -34,6 +35,7 @@ def _globals() -> dict[str, Any]:
         "owner_name": owner_name,
         "event_data": event_data,
         "waiting": waiting,
+        "can": can,
     }
 
 

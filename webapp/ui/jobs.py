@@ -1,4 +1,8 @@
-"""The UI's job pages: lists with filters and bulk actions, a job's page and partials, submit forms, tokens."""
+"""The UI's job pages: lists with filters and bulk actions, a job's page and partials, submit forms.
+
+Every page and action names the permission it needs (:func:`webapp.permissions.permission`); the
+templates show only the buttons and forms the caller may use (``can``). Cancel, retry, delete and the
+bulk actions run in one transaction with their audit record (:func:`webapp.audit_log.audited`)."""
 
 from __future__ import annotations
 
@@ -6,22 +10,23 @@ from datetime import UTC, datetime
 from pathlib import PurePath
 from typing import Any
 
-from flask import flash, g, make_response, redirect, render_template, request, send_file, session, url_for
-
-import accounts
+from flask import flash, g, redirect, render_template, request, send_file, url_for
 
 from .. import job_search
+from ..audit_log import audited
+from ..auth import READ_ALL
 from ..bulk import bulk_apply
 from ..errors import ApiError, Conflict, Forbidden, Invalid, JobNotFoundError, NotFound
 from ..gateway import STATUSES, JobQuery, JobView, Page
 from ..job_search import SearchInvalid
 from ..owners import owner_filter, prefetch_owner_names
+from ..permissions import permission, require
 from ..services import services
 from ..uploads import UPLOAD_KIND, UploadTooLarge, upload_max_bytes
 from ..uploads import store as store_upload
 from .blueprint import PAGE_SIZE, bp
 from .dag import dag_svg
-from .forms import EmptyForm, TokenForm, payload_from, submit_form_for
+from .forms import EmptyForm, payload_from, submit_form_for
 
 
 def _is_htmx() -> bool:
@@ -39,7 +44,7 @@ def _filters(args: Any = None) -> tuple[JobQuery, dict[str, Any]]:
     statuses = tuple(s for s in args.getlist("status") if s in STATUSES)
     created_after = _parse_dt(args.get("created_after"))
     created_before = _parse_dt(args.get("created_before"))
-    owner = (args.get("owner") or "").strip()[:100] if g.identity.is_admin else ""
+    owner = (args.get("owner") or "").strip()[:100] if READ_ALL in g.identity.permissions else ""
     owner_id = owner_filter(owner) if owner else None  # admins type a user name; jobs carry the user's id
     query = JobQuery(
         statuses=statuses,
@@ -75,11 +80,13 @@ def _parse_dt(raw: str | None) -> datetime | None:
 
 
 @bp.route("/")
+@permission("jobs.read_own")
 def index():
     return redirect(url_for("ui.jobs"))
 
 
 @bp.route("/jobs")
+@permission("jobs.read_own")
 def jobs():
     search_error = None
     try:
@@ -94,7 +101,7 @@ def jobs():
         cursor = request.args.get("cursor") or None
         page = services().jobs.list_jobs(g.identity.scope, query, cursor=cursor, limit=PAGE_SIZE)
         steps = services().jobs.steps_of(g.identity.scope, [j.id for j in page.items]) if query.top_level else {}
-        if g.identity.is_admin:  # the owner column: every name of the page in one query
+        if READ_ALL in g.identity.permissions:  # the owner column: every name of the page in one query
             prefetch_owner_names([j.owner_id for j in page.items] + [s.owner_id for v in steps.values() for s in v])
     kinds = services().jobs.kinds()
     template = "_job_table.html" if _is_htmx() else "jobs.html"
@@ -171,6 +178,7 @@ def _output(job: JobView, name: str) -> dict[str, Any]:
 
 
 @bp.route("/jobs/<job_id>/workflow")
+@permission("jobs.read_own")
 def job_workflow(job_id: str):
     """The live workflow section of a workflow's page (its DAG and its steps' outputs)."""
     record = services().jobs.get(g.identity.scope, job_id)
@@ -178,6 +186,7 @@ def job_workflow(job_id: str):
 
 
 @bp.route("/jobs/<job_id>/media/<path:name>")
+@permission("jobs.read_own")
 def media(job_id: str, name: str):
     """A video or picture one of the job's outputs is, inline (with range requests) for the page to play."""
     mimetype = INLINE_MEDIA.get(PurePath(name).suffix.lower())
@@ -188,17 +197,20 @@ def media(job_id: str, name: str):
 
 
 @bp.route("/jobs/<job_id>")
+@permission("jobs.read_own")
 def job(job_id: str):
     return _detail("job.html", job_id)
 
 
 @bp.route("/jobs/<job_id>/panel")
+@permission("jobs.read_own")
 def job_panel(job_id: str):
     """The live part of the detail page (status, progress, buttons, result, attempts, timeline)."""
     return _detail("_job_panel.html", job_id)
 
 
 @bp.route("/jobs/<job_id>/row")
+@permission("jobs.read_own")
 def job_row(job_id: str):
     record = services().jobs.get(g.identity.scope, job_id)
     return render_template("_job_row.html", job=record)
@@ -213,9 +225,14 @@ def _after_action(job_id: str, message: str, category: str):  # type: ignore[no-
 
 
 @bp.route("/jobs/<job_id>/cancel", methods=["POST"])
+@permission("jobs.cancel", audit_as="job.cancel")
 def cancel(job_id: str):
     try:
-        _, outcome = services().jobs.cancel(g.identity.scope, job_id, by=g.identity.user.owner_id)
+        with audited("job.cancel", target_type="job", target=job_id) as act:
+            _, outcome = services().jobs.cancel(
+                g.identity.scope, job_id, by=g.identity.user.owner_id, session=act.session
+            )
+            act.note(outcome=outcome)
     except Conflict as exc:
         return _after_action(job_id, exc.message, "error")
     message = "Cancelled." if outcome == "cancelled" else "Cancel requested; the job stops at its next checkpoint."
@@ -223,9 +240,14 @@ def cancel(job_id: str):
 
 
 @bp.route("/jobs/<job_id>/retry", methods=["POST"])
+@permission("jobs.retry", audit_as="job.retry")
 def retry(job_id: str):
     try:
-        new, created = services().jobs.retry(g.identity.scope, job_id, by=g.identity.user.owner_id)
+        with audited("job.retry", target_type="job", target=job_id) as act:
+            new, created = services().jobs.retry(
+                g.identity.scope, job_id, by=g.identity.user.owner_id, session=act.session
+            )
+            act.note(retry=new.id, created=created)
     except Conflict as exc:
         return _after_action(job_id, exc.message, "error")
     flash(f"Retrying as job {new.id}." if created else f"Already retried as job {new.id}.", "info")
@@ -233,9 +255,12 @@ def retry(job_id: str):
 
 
 @bp.route("/jobs/<job_id>/delete", methods=["POST"])
+@permission("jobs.cancel", audit_as="job.delete")
 def delete(job_id: str):
     try:
-        deleted = services().jobs.delete(g.identity.scope, job_id, by=g.identity.user.owner_id)
+        with audited("job.delete", target_type="job", target=job_id) as act:
+            deleted = services().jobs.delete(g.identity.scope, job_id, by=g.identity.user.owner_id, session=act.session)
+            act.note(deleted=deleted)
     except Conflict as exc:
         return _after_action(job_id, exc.message, "error")
     steps = f" and its {len(deleted) - 1} step(s)" if len(deleted) > 1 else ""
@@ -248,23 +273,32 @@ def delete(job_id: str):
 
 
 @bp.route("/jobs/bulk", methods=["POST"])
+@permission("jobs.bulk")
 def bulk():
     action = request.form.get("action")
     ids = [i for i in request.form.getlist("ids") if i][:500]
     if action not in ("cancel", "retry") or not ids:
         flash("Select jobs and an action.", "error")
         return redirect(url_for("ui.jobs"))
+    require(f"jobs.{action}", audit_as=f"jobs.bulk_{action}")
     done = skipped = 0
-    for job_id in ids:
-        try:
-            if action == "cancel":
-                services().jobs.cancel(g.identity.scope, job_id, by=g.identity.user.owner_id)
-            elif not services().jobs.retry(g.identity.scope, job_id, by=g.identity.user.owner_id)[1]:
-                skipped += 1  # retried before: its earlier retry was answered, nothing new started
-                continue
-            done += 1
-        except (Conflict, JobNotFoundError):
-            skipped += 1
+    with audited(f"jobs.bulk_{action}", target_type="jobs", details={"selected": len(ids)}) as act:
+        for job_id in ids:
+            try:
+                with act.session.begin_nested():  # a job that cannot be changed does not undo the others
+                    if action == "cancel":
+                        services().jobs.cancel(
+                            g.identity.scope, job_id, by=g.identity.user.owner_id, session=act.session
+                        )
+                    elif not services().jobs.retry(
+                        g.identity.scope, job_id, by=g.identity.user.owner_id, session=act.session
+                    )[1]:
+                        skipped += 1  # retried before: its earlier retry was answered, nothing new started
+                        continue
+                done += 1
+            except (Conflict, JobNotFoundError):
+                skipped += 1
+        act.note(affected=done, skipped=skipped)
     verb = "Cancelled" if action == "cancel" else "Retried"
     flash(
         f"{verb} {done} job(s)"
@@ -277,29 +311,44 @@ def bulk():
 
 
 @bp.route("/jobs/bulk-by-filter", methods=["GET", "POST"])
+@permission("jobs.bulk")
 def bulk_by_filter():
     """Cancel or retry every job matching the list's filters: GET shows the dry-run count, POST acts."""
     action = request.values.get("action")
     if action not in ("cancel", "retry"):
         flash("Unknown bulk action.", "error")
         return redirect(url_for("ui.jobs"))
+    require(f"jobs.{action}", audit_as=f"jobs.bulk_{action}")
     try:
         query, shown = _filters(request.args if request.method == "GET" else request.form)
     except (SearchInvalid, Forbidden) as exc:
         flash(exc.message, "error")
         return redirect(url_for("ui.jobs"))
-    dry_run = request.method == "GET"
-    result = bulk_apply(
-        services().jobs, g.identity.scope, g.identity.user.owner_id, query, action, limit=1000, dry_run=dry_run
-    )
-    if dry_run:
+    if request.method == "GET":
+        result = bulk_apply(
+            services().jobs, g.identity.scope, g.identity.user.owner_id, query, action, limit=1000, dry_run=True
+        )
         return render_template("bulk_confirm.html", action=action, result=result, filters=shown, form=EmptyForm())
+    filters = {k: v for k, v in shown.items() if v}
+    with audited(f"jobs.bulk_{action}", target_type="jobs", details={"filter": filters, "limit": 1000}) as act:
+        result = bulk_apply(
+            services().jobs,
+            g.identity.scope,
+            g.identity.user.owner_id,
+            query,
+            action,
+            limit=1000,
+            dry_run=False,
+            session=act.session,
+        )
+        act.note(matched=result["matched"], affected=result["affected"], skipped=result["skipped"])
     verb = "Cancelled" if action == "cancel" else "Retried"
     flash(f"{verb} {result['affected']} of {result['matched']} matching job(s).", "info")
     return redirect(url_for("ui.jobs"))
 
 
 @bp.route("/jobs/<job_id>/files/<path:name>")
+@permission("jobs.read_own")
 def download(job_id: str, name: str):
     path = services().jobs.output_file(g.identity.scope, job_id, name)
     return send_file(path, as_attachment=True, download_name=path.name)
@@ -316,11 +365,13 @@ class UploadRejected(Exception):
 
 
 @bp.route("/submit")
+@permission("jobs.submit")
 def submit_index():
     return render_template("submit_index.html", kinds=services().jobs.kinds())
 
 
 @bp.route("/submit/<kind_name>", methods=["GET", "POST"])
+@permission("jobs.submit")
 def submit(kind_name: str):
     kinds = {k.name: k for k in services().jobs.kinds()}
     kind = kinds.get(kind_name)
@@ -375,39 +426,3 @@ def _attach_errors(form: Any, exc: ApiError) -> None:
             attached = True
     if not attached:
         form.form_errors.append(exc.message)
-
-
-#: Session key holding a just-created token's secret until the page after the redirect shows it.
-NEW_TOKEN_KEY = "new_token"
-
-
-@bp.route("/tokens", methods=["GET", "POST"])
-def tokens():
-    form = TokenForm()
-    if form.validate_on_submit():
-        _, secret = accounts.create_token(services().engine, g.identity.user.id, form.name.data)
-        # Post/Redirect/Get: reloading the page that shows the secret must not post the form again (a
-        # second token). The secret rides the session to the next GET only, which pops it.
-        session[NEW_TOKEN_KEY] = secret
-        return redirect(url_for("ui.tokens"), code=303)
-    response = make_response(
-        render_template(
-            "tokens.html",
-            tokens=accounts.list_tokens(services().engine, g.identity.user.id),
-            form=form,
-            revoke_form=EmptyForm(),
-            new_secret=session.pop(NEW_TOKEN_KEY, None) if request.method == "GET" else None,
-        )
-    )
-    response.headers["Cache-Control"] = "no-store"  # the back button must not show a secret again
-    return response
-
-
-@bp.route("/tokens/<int:token_id>/revoke", methods=["POST"])
-def revoke_token(token_id: int):
-    try:
-        accounts.revoke_token(services().engine, g.identity.user.id, token_id)
-        flash("Token revoked.", "info")
-    except accounts.TokenNotFound:
-        flash("No such active token.", "error")
-    return redirect(url_for("ui.tokens"))

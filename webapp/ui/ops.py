@@ -1,4 +1,7 @@
-"""Operations pages (admin only): overview with charts, queues, dead letters, workers, schedules."""
+"""Operations pages: overview with charts, queues, dead letters, workers, schedules.
+
+Reading them needs ``metrics.read``; each action its own permission, and it runs in one transaction
+with its audit record (:func:`webapp.audit_log.audited`)."""
 
 from __future__ import annotations
 
@@ -12,22 +15,21 @@ from broker import DeadMatch
 
 from .. import dead_letters, operations
 from ..activity_windows import DEFAULT_WINDOW, GROUPS, WINDOWS, Window
-from ..errors import ApiError, Forbidden
+from ..audit_log import audited
+from ..errors import ApiError
 from ..gateway import ActivityBucket, FireView
+from ..permissions import permission
 from ..services import services
 from .blueprint import bp
 from .charts import GROUP_COLOURS, bar_chart, line_chart
 from .forms import EmptyForm
 
-
-def _admin() -> None:
-    if not g.identity.is_admin:
-        raise Forbidden("Operations need the admin role.")
+READ = "metrics.read"
 
 
 @bp.route("/ops")
+@permission(READ)
 def ops():
-    _admin()
     window = WINDOWS.get(request.args.get("window", ""), WINDOWS[DEFAULT_WINDOW])
     group_by = request.args.get("group") if request.args.get("group") in GROUPS else None
     buckets = services().jobs.activity(
@@ -111,20 +113,21 @@ def _safe(fn):  # type: ignore[no-untyped-def]
 
 
 @bp.route("/ops/queues")
+@permission(READ)
 def ops_queues():
-    _admin()
     return render_template(
         "ops_queues.html", queues=_safe(operations.queues), admission=services().jobs.admission(), form=EmptyForm()
     )
 
 
 @bp.route("/ops/queues/<name>/<action>", methods=["POST"])
+@permission("queues.pause", audit_as="queue.{action}")
 def ops_queue_action(name: str, action: str):
-    _admin()
     if action not in ("pause", "resume"):
         raise ApiError("Unknown action.")
     try:
-        operations.set_paused(services().broker, name, action == "pause")
+        with audited(f"queue.{action}", target_type="queue", target=name[:300]) as act:
+            operations.set_paused(services().broker, name, action == "pause", act=act)
     except operations.PauseUnavailable as e:
         flash(e.message, "error")
     else:
@@ -148,8 +151,8 @@ def _dead_filter(values: Any) -> dict[str, str]:
 
 
 @bp.route("/ops/dead")
+@permission(READ)
 def ops_dead():
-    _admin()
     filters = _dead_filter(request.args)
     after_id = _row_id(request.args.get("after_id")) or 0
     try:
@@ -162,19 +165,21 @@ def ops_dead():
 
 
 @bp.route("/ops/dead/replay", methods=["POST"])
+@permission("dead_letters.manage", audit_as="dead_letters.replay")
 def ops_dead_replay():
-    _admin()
     queue = request.form.get("queue", "")
     ids = [i for i in map(_row_id, request.form.getlist("ids")) if i is not None] or None
-    n = dead_letters.replay(services().broker, queue, ids)
+    with audited("dead_letters.replay", target_type="queue", target=queue[:300], details={"ids": ids}) as act:
+        n = dead_letters.replay(services().broker, queue, ids, act=act)
+        act.note(replayed=n)
     flash(f"Replayed {n} dead letter(s) from {queue}.", "info")
     return redirect(url_for("ui.ops_dead"))
 
 
 @bp.route("/ops/dead/bulk", methods=["GET", "POST"])
+@permission("dead_letters.manage")
 def ops_dead_bulk():
     """Replay or purge every dead letter matching the filter: GET shows the dry run, POST acts on what it counted."""
-    _admin()
     action = request.values.get("action")
     filters = _dead_filter(request.values)
     back = url_for("ui.ops_dead", **filters)
@@ -188,12 +193,14 @@ def ops_dead_bulk():
         return redirect(back)
     match = DeadMatch(queue=filters.get("queue"), actor=filters.get("actor"), through_id=through_id)
     try:
-        result = dead_letters.bulk(services().broker, action, match, dry_run=dry_run)
-        sample = (
-            dead_letters.dead_letters(services().broker, match.queue, after_id=0, limit=10, actor=match.actor)
-            if dry_run
-            else []
-        )
+        if dry_run:
+            result = dead_letters.bulk(services().broker, action, match, dry_run=True)
+            sample = dead_letters.dead_letters(services().broker, match.queue, after_id=0, limit=10, actor=match.actor)
+        else:
+            details = {"filter": filters, "through_id": through_id}
+            with audited(f"dead_letters.bulk_{action}", target_type="dead_letters", details=details) as act:
+                result = dead_letters.bulk(services().broker, action, match, dry_run=False, act=act)
+                act.note(matched=result["matched"], affected=result["affected"])
     except ApiError as exc:
         flash(exc.message, "error")
         return redirect(back)
@@ -207,8 +214,8 @@ def ops_dead_bulk():
 
 
 @bp.route("/ops/workers")
+@permission(READ)
 def ops_workers():
-    _admin()
     return render_template(
         "ops_workers.html",
         workers=_safe(operations.workers),
@@ -219,15 +226,19 @@ def ops_workers():
 
 
 @bp.route("/ops/workers/unclean-exits/acknowledge", methods=["POST"])
+@permission("queues.pause", audit_as="workers.acknowledge")
 def ops_unclean_acknowledge():
     """Acknowledge the unclean exits the page listed (their owners are the form's ``owner`` fields)."""
-    _admin()
     owners = [o[:200] for o in request.form.getlist("owner") if o][:1000]
     if not owners:
         flash("No unclean exits to acknowledge.", "error")
         return redirect(url_for("ui.ops_workers"))
     try:
-        count = operations.acknowledge_unclean_exits(services().broker, owners, by=g.identity.user.username)
+        with audited("workers.acknowledge", target_type="workers", details={"owners": owners[:100]}) as act:
+            count = operations.acknowledge_unclean_exits(
+                services().broker, owners, by=g.identity.user.username, act=act
+            )
+            act.note(acknowledged=count)
     except ApiError as exc:
         flash(exc.message, "error")
     else:
@@ -273,8 +284,8 @@ def fire_entries(fires: Sequence[FireView]) -> list[dict[str, Any]]:
 
 
 @bp.route("/ops/schedules")
+@permission(READ)
 def ops_schedules():
-    _admin()
     return render_template(
         "ops_schedules.html",
         schedules=services().jobs.schedules(),
@@ -285,9 +296,11 @@ def ops_schedules():
 
 
 @bp.route("/ops/schedules/<name>/run", methods=["POST"])
+@permission("schedules.manage", audit_as="schedule.run")
 def ops_schedule_run(name: str):
-    _admin()
-    fire = services().jobs.run_schedule_now(name, owner_id=g.identity.user.owner_id)
+    with audited("schedule.run", target_type="schedule", target=name[:300]) as act:
+        fire = services().jobs.run_schedule_now(name, owner_id=g.identity.user.owner_id, session=act.session)
+        act.note(job_id=fire["job_id"], message_id=fire["message_id"])
     if fire.get("job_id"):
         flash(f"Schedule {name} fired now as job {fire['job_id']}.", "info")
         return redirect(url_for("ui.job", job_id=fire["job_id"]))
@@ -296,10 +309,11 @@ def ops_schedule_run(name: str):
 
 
 @bp.route("/ops/schedules/<name>/<action>", methods=["POST"])
+@permission("schedules.manage", audit_as="schedule.{action}")
 def ops_schedule_pause(name: str, action: str):
-    _admin()
     if action not in ("pause", "resume"):
         raise ApiError("Unknown action.")
-    services().jobs.set_schedule_paused(name, action == "pause", by=g.identity.user.owner_id)
+    with audited(f"schedule.{action}", target_type="schedule", target=name[:300]) as act:
+        services().jobs.set_schedule_paused(name, action == "pause", by=g.identity.user.owner_id, session=act.session)
     flash(f"Schedule {name} {'paused' if action == 'pause' else 'resumed'}.", "info")
     return redirect(url_for("ui.ops_schedules"))

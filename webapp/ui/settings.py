@@ -1,4 +1,5 @@
-"""Runtime settings page (admin only): saved vs effective values, revision, pending restarts, a form."""
+"""Runtime settings page (``settings.change``): saved vs effective values, revision, pending restarts, a form.
+A save runs in one transaction with its audit record."""
 
 from __future__ import annotations
 
@@ -9,15 +10,12 @@ from flask import flash, g, redirect, render_template, request, url_for
 from settings import runtime as rs
 
 from .. import runtime_settings
-from ..errors import ApiError, Forbidden, Invalid
+from ..audit_log import audited
+from ..errors import ApiError, Invalid
+from ..permissions import permission
 from ..services import services
 from .blueprint import bp
 from .forms import EmptyForm
-
-
-def _admin() -> None:
-    if not g.identity.is_admin:
-        raise Forbidden("Runtime settings need the admin role.")
 
 
 def _rows(view: dict[str, Any]) -> list[dict[str, Any]]:
@@ -67,8 +65,8 @@ def _parse(spec: rs.SettingSpec, raw: str) -> Any:
 
 
 @bp.route("/ops/settings", methods=["GET", "POST"])
+@permission("settings.change", audit_as="settings.save")
 def ops_settings():
-    _admin()
     svc = services()
     form = EmptyForm()
     if request.method == "POST" and form.validate_on_submit():
@@ -93,7 +91,8 @@ def ops_settings():
         except ValueError:
             expected = -1
         try:
-            view = runtime_settings.save(svc, values, expected, g.identity.user.owner_id)
+            with audited("settings.save", target_type="settings") as act:
+                view = runtime_settings.save(svc, values, expected, g.identity.user.owner_id, act=act)
         except Invalid as e:
             reasons = "; ".join(f"{k} {v}" for k, v in sorted((e.details or {}).items()))
             flash(f"Nothing was saved: {reasons or e.message}", "error")

@@ -256,7 +256,7 @@ def test_jobs_list_show_and_events_as_tables_and_json(deployment: Deployment) ->
     assert owner == "ursula"  # the user name, never the internal owner id
     assert {j["owner"] for j in deployment.run_json("jobs", "list", "--owner", owner, "--all")} == {owner}
     refused = deployment.run("jobs", "list", "--owner", owner, who="ursula", expect=1)
-    assert refused.stderr == "tenure: Only admins may filter by owner.\n"
+    assert refused.stderr == "tenure: Filtering by owner needs the jobs.read_all permission.\n"
 
     (shown,) = deployment.run_json("jobs", "show", failed, who="ursula")
     assert shown["status"] == "failed" and "needle in the error" in shown["error"]
@@ -388,7 +388,7 @@ def test_run_now_starts_a_delayed_job(deployment: Deployment) -> None:
     job_id = deployment.submit("cli_echo", {"text": "tomorrow"}, delay_s=86400)["id"]
     # run-now is an operator action: a user is refused with the API's reason.
     refused = deployment.run("jobs", "run-now", job_id, who="ursula", expect=1)
-    assert refused.stderr == "tenure: This needs the admin role.\n"
+    assert refused.stderr == "tenure: This needs the queues.pause permission.\n"
     (job,) = deployment.cli_json("jobs", "run-now", job_id)
     assert job["id"] == job_id and job["status"] in ("queued", "running", "succeeded")
     deployment.wait_job(job_id, "succeeded", timeout_s=10)
@@ -416,7 +416,7 @@ def test_another_users_job_looks_exactly_like_a_missing_one(deployment: Deployme
 
 def test_pause_and_resume_a_queue(deployment: Deployment) -> None:
     refused = deployment.run("queues", "pause", "cli_slow", who="ursula", expect=1)
-    assert refused.stderr == "tenure: This needs the admin role.\n"
+    assert refused.stderr == "tenure: This needs the queues.pause permission.\n"
     assert deployment.cli("queues", "pause", "cli_slow").stdout == "queue cli_slow paused\n"
     try:
         held = deployment.submit("cli_echo", {"text": "held"})["id"]
@@ -459,7 +459,7 @@ def test_dead_letters_list_replay_and_purge(deployment: Deployment) -> None:
     table = deployment.run("dead-letters", "list", "--limit", "1").stdout.splitlines()
     assert table[0].split()[:3] == ["ID", "QUEUE", "ACTOR"] and len(table) == 2
     refused = deployment.run("dead-letters", "purge", "cli", "--all", who="ursula", expect=1)
-    assert refused.stderr == "tenure: This needs the admin role.\n"
+    assert refused.stderr == "tenure: This needs the dead_letters.manage permission.\n"
     assert "No queue named" in deployment.run("dead-letters", "replay", "nope", "--all", expect=3).stderr
     assert "No queue named" in deployment.run("dead-letters", "purge", "nope", "--all", expect=3).stderr
 
@@ -497,7 +497,8 @@ def test_workers_list(deployment: Deployment) -> None:
     assert any("cli" in w["queues"] and "cli_slow" in w["queues"] for w in workers)
     table = deployment.run("workers", "list").stdout.splitlines()
     assert table[0].split()[:3] == ["HOST", "PID", "QUEUES"] and len(table) == len(workers) + 1
-    assert deployment.run("workers", "list", who="ursula", expect=1).stderr == "tenure: This needs the admin role.\n"
+    refused = deployment.run("workers", "list", who="ursula", expect=1)
+    assert refused.stderr == "tenure: This needs the metrics.read permission.\n"
 
 
 class _Follower:

@@ -95,16 +95,24 @@ def test_credentials_are_checked_again_without_their_secrets(engine: Engine) -> 
     by_password = sessions.basic_credential(engine, user.id)
     by_session = sessions.session_credential(user.id, sessions.start_session(engine, user.id))
     assert by_password is not None and secret not in repr(by_token)
+
+    def who(credential: sessions.Credential) -> accounts.User | None:
+        found = sessions.credential_user(engine, credential)
+        return None if found is None else found[0]
+
     for credential in (by_token, by_password, by_session):
-        assert sessions.credential_user(engine, credential) == user
+        assert who(credential) == user
+    # What it may do now: the role's actions (a token's: those of them it carries).
+    assert sessions.credential_user(engine, by_token) == (user, token.permissions & user.permissions)
+    assert sessions.credential_user(engine, by_session) == (user, user.permissions)
     # Someone else's credential never stands for this user.
-    assert sessions.credential_user(engine, sessions.token_credential(other.id, secret)) is None
+    assert who(sessions.token_credential(other.id, secret)) is None
     accounts.revoke_token(engine, user.id, token.id)
-    assert sessions.credential_user(engine, by_token) is None
-    assert sessions.credential_user(engine, by_password) == user
+    assert who(by_token) is None
+    assert who(by_password) == user
     accounts.set_password(engine, user.id, "a long password 2")
-    assert sessions.credential_user(engine, by_password) is None
-    assert sessions.credential_user(engine, by_session) is None
+    assert who(by_password) is None
+    assert who(by_session) is None
     assert sessions.basic_credential(engine, 999_999) is None
 
 

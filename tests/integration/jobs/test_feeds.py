@@ -8,6 +8,7 @@ with the same filter, may resume it; the owner's events are read through ``ix_jo
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -132,7 +133,10 @@ def test_retention_inside_the_counted_range_expires_the_cursor(env: JobEnv) -> N
 
 def test_a_subscriber_keeps_its_newest_feeds(env: JobEnv, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(feeds, "FEEDS_PER_SUBSCRIBER", 3)
-    opened = [feeds.open_feed(env.engine, "user:1", "u1") for _ in range(5)]
+    opened = []
+    for _ in range(5):  # one per millisecond at least: "newest" is by the time a feed was opened
+        opened.append(feeds.open_feed(env.engine, "user:1", "u1"))
+        time.sleep(0.002)
     other = feeds.open_feed(env.engine, "user:2", "u2")
     for feed in opened[2:] + [other]:
         assert feeds.resume_feed(env.engine, feed.cursor, feed.subscriber, feed.owner_id).cursor == feed.cursor

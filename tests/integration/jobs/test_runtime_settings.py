@@ -156,14 +156,23 @@ def test_queue_pause_key_applies_on_the_broker(sqlite_env: JobEnv) -> None:
     """The web layer applies ``changed`` keys on the broker (webapp.runtime_settings.apply)."""
     from types import SimpleNamespace
 
+    from accounts.audit import Entry
+    from jobs.db import write_session
     from webapp import runtime_settings as web_rs
+    from webapp.audit_log import Audited
 
     broker = sqlite_env.broker
     broker.declare_queue("default")
     svc = SimpleNamespace(
         engine=sqlite_env.engine, broker=broker, settings=sqlite_env.settings, jobs=SimpleNamespace(schedules=list)
     )
-    view = web_rs.save(svc, {"queues.default.paused": True}, 0, "root")  # type: ignore[arg-type]
+
+    def save(values: dict, revision: int) -> dict:  # type: ignore[type-arg]
+        # As the web app saves: in one transaction with its audit record; the keys apply after the commit.
+        with write_session(sqlite_env.engine) as session:
+            return web_rs.save(svc, values, revision, "root", act=Audited(session, Entry("settings.save")))  # type: ignore[arg-type]
+
+    view = save({"queues.default.paused": True}, 0)
     assert view["warnings"] == [] and {s.queue: s.paused for s in broker.stats()}["default"]
-    web_rs.save(svc, {"queues.default.paused": False}, 1, "root")  # type: ignore[arg-type]
+    save({"queues.default.paused": False}, 1)
     assert not {s.queue: s.paused for s in broker.stats()}["default"]
