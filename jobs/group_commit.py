@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine
 
+from . import tracing
 from .db import Tx, busy_timeout_ms, fast_sqlite, raw_connection, write, writer_lock
 from .lifecycle import AfterCommitBuffer
 
@@ -48,10 +49,12 @@ class _WriteFailed(Exception):
 
 
 class _Write:
-    __slots__ = ("fn", "done", "result", "error", "pending", "committed")
+    __slots__ = ("fn", "done", "result", "error", "pending", "committed", "trace")
 
     def __init__(self, fn: Callable[[Tx], Any]) -> None:
         self.fn = fn
+        #: The caller's trace context: the write's statements are its spans' children, whatever thread runs them.
+        self.trace = tracing.current_context()
         self.done = threading.Event()
         self.result: Any = None
         self.error: BaseException | None = None
@@ -109,7 +112,8 @@ class _Engine:
 def _run(conn: Any, batch: list[_Write]) -> None:
     for w in batch:
         try:
-            w.result = w.fn(Tx(conn, w.pending))
+            with tracing.within(w.trace):
+                w.result = w.fn(Tx(conn, w.pending))
         except Exception as e:
             w.error = e
             raise _WriteFailed() from e

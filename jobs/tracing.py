@@ -22,6 +22,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, TracerProvider
@@ -58,6 +59,25 @@ def flush(timeout_ms: int) -> None:
 def tracer() -> Tracer | None:
     """The job layer's tracer, or None while tracing is off."""
     return _tracer
+
+
+def current_context() -> Context | None:
+    """The caller's trace context, to carry a piece of its work to another thread (None while tracing is off)."""
+    return None if _tracer is None else otel_context.get_current()
+
+
+def within(carried: Context | None) -> AbstractContextManager[object]:
+    """Run a block in a context :func:`current_context` carried from another thread (its spans' parent)."""
+    return _OFF if carried is None else _attached(carried)
+
+
+@contextmanager
+def _attached(carried: Context) -> Iterator[None]:
+    token = otel_context.attach(carried)
+    try:
+        yield
+    finally:
+        otel_context.detach(token)
 
 
 def job_attributes(
