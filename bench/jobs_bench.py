@@ -212,6 +212,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def _fair_share_off(url: str) -> None:
+    """Save ``fair_share.enabled: false`` (``BENCH_FAIR_SHARE=off``): every job gets its message at submit,
+    as before admission existed, to measure the job layer without it."""
+    from settings.runtime import put_settings
+
+    engine = jobs.make_engine(url)
+    try:
+        put_settings(engine, {"fair_share.enabled": False}, 0, "bench")
+    finally:
+        engine.dispose()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     n = args.n or (1_000 if args.quick else 5_000)
@@ -238,6 +250,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     try:
         revision = schema.upgrade(url)
+        if os.environ.get("BENCH_FAIR_SHARE") == "off":
+            _fair_share_off(url)
+            doc["config"]["fair_share"] = "off"
         log(f"workdir {workdir} ({doc['config']['workdir_fs']}); schema {revision}; load {doc['load_start']}")
         for i in range(rounds):
             for p in shapes:

@@ -49,11 +49,11 @@ def export(ref: str, into: Path) -> str:
     return commit
 
 
-def run_side(tree: Path, n: int, shapes: str) -> dict[str, Any]:
+def run_side(tree: Path, n: int, shapes: str, fair_share: str = "on") -> dict[str, Any]:
     """One ``bench.jobs_bench`` round (every shape) in *tree*; its results document."""
     results = tree / "bench" / "results" / "jobs"
     before = set(results.glob("*.json")) if results.exists() else set()
-    env = {**os.environ, "PYTHONPATH": str(tree)}
+    env = {**os.environ, "PYTHONPATH": str(tree), "BENCH_FAIR_SHARE": fair_share}
     subprocess.run(
         [sys.executable, "-m", "bench.jobs_bench", "--n", str(n), "--rounds", "1", "--processes", shapes],
         cwd=tree,
@@ -122,6 +122,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n", type=int, default=5000, help="jobs per drain (default 5000)")
     p.add_argument("--processes", default="1,2", help="worker shapes, as bench.jobs_bench takes them")
     p.add_argument("--markdown", action="store_true")
+    p.add_argument(
+        "--fair-share",
+        choices=("on", "off"),
+        default="on",
+        help="the new side's fair share (default on, as shipped; the old side predates it): BENCH_FAIR_SHARE",
+    )
     args = p.parse_args(argv)
     started = datetime.now(UTC)
     scratch = Path(tempfile.mkdtemp(prefix="tenure-jobs-compare-"))
@@ -134,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         for k in range(2 * args.pairs):
             side = order[k % 4]
             load = loadavg()
-            doc = run_side(trees[side], args.n, args.processes)
+            doc = run_side(trees[side], args.n, args.processes, args.fair_share)
             runs.append({"side": side, "load_before": load, "doc": doc})
             shapes = ", ".join(f"{s} {m['jobs_per_s']:,.0f} jobs/s" for s, m in doc["summary"].items())
             log(f"run {k + 1}: {side}: {shapes}; load before {load}")
