@@ -19,10 +19,14 @@ running there (divided by its weight) goes next, and an owner's own jobs go high
 oldest. The broker's FIFO therefore never holds more than the window of any one owner's backlog, and a
 newcomer's jobs start within about a window's worth of starts.
 
-The claim re-checks a keyed job's limits under the key's lock (:func:`claim_refusal`), so a limit holds
-whatever order messages arrive in (a retry's delayed message, a duplicate delivery); a refused claim makes
-the job wait again. The resync's :func:`sweep` re-admits whatever a crash between two of these steps
-could leave waiting. What is applied comes from :mod:`jobs.admission_policy`.
+The claim re-checks a keyed job's limits under the key's lock (:func:`claim_refusal`; on PostgreSQL a
+transaction-scoped advisory lock, on SQLite its single writer), so a limit holds whatever order messages
+arrive in (a retry's delayed message, a duplicate delivery, two admissions racing); a refused claim makes
+the job wait again. Admission itself takes no lock: a transaction admitting jobs of several keys (a bulk
+submit, a batch of completions) would otherwise wait on another's locks taken in another order, and an
+admission that two transactions race into only costs a refused claim. The resync's :func:`sweep`
+re-admits whatever a crash between two of these steps could leave waiting. What is applied comes from
+:mod:`jobs.admission_policy`.
 """
 
 from __future__ import annotations
@@ -82,7 +86,6 @@ def verdict(
     if key is not None and due:
         limit = rules.concurrency_limit(key)
         if limit is not None:
-            store.lock_key(conn, key)
             running, admitted = store.key_active(conn, key, now)
             if running + admitted - self_due >= limit:
                 return Verdict(CONCURRENCY, key)
@@ -91,7 +94,6 @@ def verdict(
         rate = rules.rate(rate_key)
         if rate is not None:
             starts, period_ms = rate
-            store.lock_key(conn, rate_key)
             recent = store.rate_starts_since(conn, rate_key, now - period_ms)
             admitted = store.rate_admitted(conn, rate_key) - self_any
             if len(recent) + admitted >= starts:
@@ -382,7 +384,6 @@ def _refill(tx: Tx, queue: str, now: int, rules: Policy, *, least: int = 1) -> N
 
 def _release_key(tx: Tx, key: str, now: int, rules: Policy) -> None:
     conn = tx.conn
-    store.lock_key(conn, key)
     if not store.held_exists(conn, CONCURRENCY, key):
         return
     limit = rules.concurrency_limit(key)
@@ -399,7 +400,6 @@ def _release_key(tx: Tx, key: str, now: int, rules: Policy) -> None:
 
 def _wake_rate(tx: Tx, rate_key: str, now: int, rules: Policy) -> None:
     conn = tx.conn
-    store.lock_key(conn, rate_key)
     if not store.held_exists(conn, RATE, rate_key):
         return
     rate = rules.rate(rate_key)
