@@ -49,6 +49,22 @@ class HeldJob:
     rate_key: str | None
     trace_context: str | None
 
+    @classmethod
+    def of(cls, job: Any, *, run_after: int | None = None, created_at: int | None = None) -> HeldJob:
+        """From a job row (any with these attributes), with *run_after* / *created_at* where it has none."""
+        return cls(
+            job.id,
+            job.owner_id,
+            job.actor_name,
+            job.queue_name,
+            job.priority,
+            job.run_after if run_after is None else run_after,
+            job.created_at if created_at is None else created_at,
+            job.concurrency_key,
+            job.rate_key,
+            job.trace_context,
+        )
+
 
 _HELD_COLUMNS = (
     "id, owner_id, actor_name, queue_name, priority, run_after, created_at, concurrency_key, rate_key, trace_context"

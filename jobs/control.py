@@ -225,24 +225,9 @@ def run_now(
                 missing = [j for j in group if j.id not in due]
             for job in missing:  # another broker, or no delayed message to move: a fresh one
                 if job.held is None:  # one that waits for admission is admitted in its turn
-                    admission.admit(tx, _candidate(job, now), now=now, delay_ms=0, broker=b)
+                    admission.admit(tx, HeldJob.of(job, run_after=now), now=now, delay_ms=0, broker=b)
         for job in expedited:
             events.record(tx, job_id=job.id, sequence=job.sequence, type_="run_now", data={"by": by}, now=now)
         for b, queues in woken.values():
             tx.after_commit(lambda b=b, queues=queues: b.wake(queues))
     return [j.id for j in expedited]
-
-
-def _candidate(job: store.ExpeditedJob, now: int) -> HeldJob:
-    return HeldJob(
-        job.id,
-        job.owner_id,
-        job.actor_name,
-        job.queue_name,
-        job.priority,
-        now,
-        job.created_at,
-        job.concurrency_key,
-        job.rate_key,
-        job.trace_context,
-    )

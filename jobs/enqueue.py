@@ -123,18 +123,7 @@ def new_job_row(
 
 def candidate(row: Mapping[str, Any]) -> HeldJob:
     """What admission needs of a new job's row."""
-    return HeldJob(
-        row["id"],
-        row["owner_id"],
-        row["actor_name"],
-        row["queue_name"],
-        row["priority"],
-        row["run_after"],
-        row["created_at"],
-        row["concurrency_key"],
-        row["rate_key"],
-        row["trace_context"],
-    )
+    return HeldJob(**{name: row[name] for name in HeldJob.__dataclass_fields__})
 
 
 def _existing(tx: db.Tx, found: tuple[str, str], digest: str) -> JobRecord:

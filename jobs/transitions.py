@@ -280,7 +280,7 @@ def requeue_for_retry(tx: Tx, attempt: Attempt, error: str, *, delay_s: float, n
         retry_in_s=round(delay_s, 3),
         next=attempts.NEXT_RETRY,
     )
-    admission.admit(tx, _candidate(job, run_after=now + int(delay_s * 1000)), now=now, delay_ms=int(delay_s * 1000))
+    admission.admit(tx, HeldJob.of(job, run_after=now + int(delay_s * 1000)), now=now, delay_ms=int(delay_s * 1000))
     _stopped_running(tx, attempt, now)
     _tell(
         tx,
@@ -375,18 +375,7 @@ def recover(tx: Tx, job: store.ExpiredJob, *, now: int, broker: Any) -> str | No
             return None
         _lease_lost(tx, job, seq, now, status="queued", next_=attempts.NEXT_REQUEUED)
         # The message carries the submit's stored trace context: the keeper recovers outside any span.
-        requeued = HeldJob(
-            job.id,
-            job.owner_id,
-            job.actor_name,
-            job.queue_name,
-            job.priority,
-            now,
-            now,
-            job.concurrency_key,
-            job.rate_key,
-            job.trace_context,
-        )
+        requeued = HeldJob.of(job, run_after=now, created_at=now)
         admission.admit(tx, requeued, now=now, delay_ms=0, broker=broker)
         _stopped_running(tx, attempt, now)
         _tell(tx, "job.retrying", job.id, job.kind, job.attempt, outcome="retrying")
@@ -483,22 +472,6 @@ def _finished(tx: Tx, attempt: Attempt, status: str, now: int) -> None:
         _step_finished(tx, attempt.job_id, status, now)
 
 
-def _candidate(job: store.JobRow, *, run_after: int | None = None) -> HeldJob:
-    """What admission needs of *job* (with *run_after* as the move that requeues it sets it)."""
-    return HeldJob(
-        job.id,
-        job.owner_id,
-        job.actor_name,
-        job.queue_name,
-        job.priority,
-        job.run_after if run_after is None else run_after,
-        job.created_at,
-        job.concurrency_key,
-        job.rate_key,
-        job.trace_context,
-    )
-
-
 def _stopped_running(tx: Tx, attempt: Attempt, now: int) -> None:
     """An execution stopped running: its concurrency key's slot comes back to what waits for it."""
     if attempt.concurrency_key is not None:
@@ -531,7 +504,7 @@ def _step_finished(tx: Tx, job_id: str, status: str, now: int) -> None:
     cancel_requested = parent.cancel_requested_at is not None
     if status == JobStatus.SUCCEEDED and not cancel_requested:
         for step in store.dependency_ready_dependents(conn, job_id):
-            admission.admit(tx, _candidate(step, run_after=now), now=now, delay_ms=0, waiting=(STEPS, parent_id))
+            admission.admit(tx, HeldJob.of(step, run_after=now), now=now, delay_ms=0, waiting=(STEPS, parent_id))
     children = store.job_children(conn, parent_id)
     reused = dag.reused_steps(parent)
     if all(c.status == JobStatus.SUCCEEDED for c in children):

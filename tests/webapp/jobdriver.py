@@ -107,10 +107,7 @@ class JobDriver:
             row = jobs.store.job_get(tx.conn, job_id)
             if row is None or row.held != QUEUE:
                 return
-            waiting = HeldJob(
-                row.id, row.owner_id, row.actor_name, row.queue_name, row.priority, row.run_after,
-                row.created_at, row.concurrency_key, row.rate_key, row.trace_context,
-            )  # fmt: skip
+            waiting = HeldJob.of(row)
             now = jobs.store.now_ms()
             admission.admit(tx, waiting, now=now, delay_ms=0, fair=False, waiting=(QUEUE, row.queue_name))
 

@@ -3,7 +3,6 @@ The export link is the API's (``/api/v1/audit/export``) with the same filters.""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 from flask import render_template, request, url_for
@@ -13,19 +12,9 @@ from accounts import audit
 from ..permissions import permission
 from ..services import services
 from .blueprint import bp
+from .forms import datetime_field
 
 PAGE_SIZE = 50
-
-
-def _when(raw: str | None) -> datetime | None:
-    """A ``datetime-local`` field's value (UTC), or None when empty or not a time."""
-    if not raw:
-        return None
-    try:
-        value = datetime.fromisoformat(raw)
-    except ValueError:
-        return None
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
 @bp.route("/audit")
@@ -36,15 +25,15 @@ def audit_log():
         "actor": (args.get("actor") or "").strip()[:64],
         "action": args.get("action") if args.get("action") in audit.ACTIONS else "",
         "outcome": args.get("outcome") if args.get("outcome") in audit.OUTCOMES else "",
-        "since": args.get("since", "") if _when(args.get("since")) else "",
-        "until": args.get("until", "") if _when(args.get("until")) else "",
+        "since": args.get("since", "") if datetime_field(args.get("since")) else "",
+        "until": args.get("until", "") if datetime_field(args.get("until")) else "",
     }
     where = audit.AuditFilter(
         actor=shown["actor"] or None,
         action=shown["action"] or None,
         outcome=shown["outcome"] or None,
-        since=_when(shown["since"]),
-        until=_when(shown["until"]),
+        since=datetime_field(shown["since"]),
+        until=datetime_field(shown["until"]),
     )
     cursor = args.get("cursor") or None
     try:
@@ -52,7 +41,7 @@ def audit_log():
     except ValueError:
         page = audit.page(services().engine, where, limit=PAGE_SIZE)
     filters = {k: v for k, v in shown.items() if v}
-    export = {k: (_when(v).isoformat() if k in ("since", "until") else v) for k, v in filters.items()}  # type: ignore[union-attr]
+    export = {k: (datetime_field(v).isoformat() if k in ("since", "until") else v) for k, v in filters.items()}  # type: ignore[union-attr]
     return render_template(
         "audit.html",
         page=page,

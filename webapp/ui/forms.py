@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import uuid
+from datetime import UTC, datetime
 from typing import Any
 
 from flask_wtf import FlaskForm
@@ -161,3 +162,14 @@ def payload_from(kind: KindInfo, form: SubmitBase) -> dict[str, Any]:
             value = strict_json.loads(value)
         payload[spec.name] = value
     return payload
+
+
+def datetime_field(raw: str | None) -> datetime | None:
+    """A ``datetime-local`` field's value (UTC when it names no zone), or None when empty or not a time."""
+    if not raw:
+        return None
+    try:
+        value = datetime.fromisoformat(raw)
+    except ValueError:
+        return None
+    return value if value.tzinfo else value.replace(tzinfo=UTC)

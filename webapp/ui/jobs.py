@@ -6,7 +6,6 @@ bulk actions run in one transaction with their audit record (:func:`webapp.audit
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from pathlib import PurePath
 from typing import Any
 
@@ -26,7 +25,7 @@ from ..uploads import UPLOAD_KIND, UploadTooLarge, upload_max_bytes
 from ..uploads import store as store_upload
 from .blueprint import PAGE_SIZE, bp
 from .dag import dag_svg
-from .forms import EmptyForm, payload_from, submit_form_for
+from .forms import EmptyForm, datetime_field, payload_from, submit_form_for
 
 
 def _is_htmx() -> bool:
@@ -42,8 +41,8 @@ def _filters(args: Any = None) -> tuple[JobQuery, dict[str, Any]]:
     """
     args = request.args if args is None else args
     statuses = tuple(s for s in args.getlist("status") if s in STATUSES)
-    created_after = _parse_dt(args.get("created_after"))
-    created_before = _parse_dt(args.get("created_before"))
+    created_after = datetime_field(args.get("created_after"))
+    created_before = datetime_field(args.get("created_before"))
     owner = (args.get("owner") or "").strip()[:100] if READ_ALL in g.identity.permissions else ""
     owner_id = owner_filter(owner) if owner else None  # admins type a user name; jobs carry the user's id
     query = JobQuery(
@@ -67,16 +66,6 @@ def _filters(args: Any = None) -> tuple[JobQuery, dict[str, Any]]:
         "created_before": args.get("created_before", "") if created_before else "",
     }
     return job_search.apply(job_search.parse(q), query, g.identity, services().engine), shown
-
-
-def _parse_dt(raw: str | None) -> datetime | None:
-    if not raw:
-        return None
-    try:
-        value = datetime.fromisoformat(raw)
-    except ValueError:
-        return None
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
 @bp.route("/")
