@@ -22,18 +22,22 @@ newcomer's jobs start within about a window's worth of starts.
 The claim re-checks a keyed job's limits under the key's lock (:func:`claim_refusal`; on PostgreSQL a
 transaction-scoped advisory lock, on SQLite its single writer), so a limit holds whatever order messages
 arrive in (a retry's delayed message, a duplicate delivery, two admissions racing); a refused claim makes
-the job wait again. Admission itself takes no lock: a transaction admitting jobs of several keys (a bulk
-submit, a batch of completions) would otherwise wait on another's locks taken in another order, and an
-admission that two transactions race into only costs a refused claim. The resync's :func:`sweep`
-re-admits whatever a crash between two of these steps could leave waiting. What is applied comes from
-:mod:`jobs.admission_policy`.
+the job wait again, and a release takes the same lock, so it sees that job. Admission at submit takes no
+lock — a transaction submitting jobs of several keys would deadlock with another taking them in another
+order —: an admission two transactions race into only costs a refused claim, and a job it makes wait is
+released once more after its transaction commits (:func:`_recheck_after_commit`). The resync's
+:func:`sweep` re-admits whatever a crash between two of these steps could leave waiting. What is applied
+comes from :mod:`jobs.admission_policy`.
 """
 
 from __future__ import annotations
 
 import logging
+import sqlite3
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from sqlalchemy import Engine
@@ -88,6 +92,7 @@ def verdict(
         if limit is not None:
             running, admitted = store.key_active(conn, key, now)
             if running + admitted - self_due >= limit:
+                _recheck_after_commit(tx, CONCURRENCY, key)
                 return Verdict(CONCURRENCY, key)
     rate_key = job.rate_key
     if rate_key is not None:
@@ -98,6 +103,7 @@ def verdict(
             admitted = store.rate_admitted(conn, rate_key) - self_any
             if len(recent) + admitted >= starts:
                 if admitted:
+                    _recheck_after_commit(tx, RATE, rate_key)
                     return Verdict(RATE, rate_key)
                 # Nobody of this key is admitted to wake the waiting ones: this job waits in the broker
                 # until the start that fills the period leaves it.
@@ -384,6 +390,7 @@ def _refill(tx: Tx, queue: str, now: int, rules: Policy, *, least: int = 1) -> N
 
 def _release_key(tx: Tx, key: str, now: int, rules: Policy) -> None:
     conn = tx.conn
+    store.lock_key(conn, key)  # against a claim refused meanwhile (it holds the lock until it commits)
     if not store.held_exists(conn, CONCURRENCY, key):
         return
     limit = rules.concurrency_limit(key)
@@ -400,6 +407,7 @@ def _release_key(tx: Tx, key: str, now: int, rules: Policy) -> None:
 
 def _wake_rate(tx: Tx, rate_key: str, now: int, rules: Policy) -> None:
     conn = tx.conn
+    store.lock_key(conn, rate_key)
     if not store.held_exists(conn, RATE, rate_key):
         return
     rate = rules.rate(rate_key)
@@ -415,6 +423,38 @@ def _wake_rate(tx: Tx, rate_key: str, now: int, rules: Policy) -> None:
         return
     for job, _ in _pick(tx, RATE, rate_key, wanted, rules, store.rate_key_admitted_by_owner):
         admit(tx, job, now=now, delay_ms=job.run_after - now, rules=rules, waiting=(RATE, rate_key))
+
+
+_rechecks_lock = threading.Lock()
+#: Per PostgreSQL engine, the ``(held, key)`` groups that transactions made jobs wait on without the key's
+#: lock, to release once they have committed (:func:`_recheck_after_commit`).
+_rechecks: dict[Any, set[tuple[str, str]]] = {}
+
+
+def _recheck_after_commit(tx: Tx, held: str, key: str) -> None:
+    """A job waits on *key*, decided without the key's lock (a submit, a recovery): on PostgreSQL a
+    transaction releasing the key at the same time may not have seen it. Once this transaction has
+    committed, the key is released once more, under its lock, so the job is not left waiting for a
+    release that already happened. (SQLite's single writer never interleaves the two.)"""
+    conn = tx.conn
+    if isinstance(conn, sqlite3.Connection) or conn.dialect.name != "postgresql":
+        return
+    engine, broker = conn.engine, tx.broker
+    with _rechecks_lock:
+        _rechecks.setdefault(engine, set()).add((held, key))
+    tx.after_commit(partial(_recheck, engine, broker))
+
+
+def _recheck(engine: Engine, broker: Any) -> None:
+    with _rechecks_lock:
+        groups = _rechecks.pop(engine, set())
+    for held, key in groups:  # one transaction per key: never two keys' locks at once
+        with db.write(engine) as tx:
+            tx.broker = broker
+            if held == CONCURRENCY:
+                _release_key(tx, key, now_ms(), policy(tx.conn))
+            else:
+                _wake_rate(tx, key, now_ms(), policy(tx.conn))
 
 
 def _pick(
