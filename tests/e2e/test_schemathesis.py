@@ -23,7 +23,7 @@ from .conftest import Deployment
 
 pytestmark = [pytest.mark.slow]
 #: Generated cases per operation and mode.
-MAX_EXAMPLES = 15
+MAX_EXAMPLES = 10
 
 
 @pytest.mark.timeout(300)  # ≥ 500 generated requests over ~70 operations: about 100 s alone, more on a busy machine

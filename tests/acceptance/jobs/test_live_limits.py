@@ -153,29 +153,36 @@ def test_a_killed_web_process_gives_its_slots_back_when_they_expire(deployment: 
     wait_for("a new web-b worker", lambda: live(b) and _worker_of(web_b.pid) != victim, 30, deployment.procs)
 
 
-@pytest.mark.parametrize("transport", ["ws", "sse"])
-def test_a_client_that_stops_reading_is_disconnected_within_15_s(deployment: Deployment, transport: str) -> None:
-    """A real socket that stops reading while its notices pile up: within 15 s the server gives up on it
-    (a send blocked for 10 s) and its slot is free."""
+def _stops_reading(deployment: Deployment, transport: str) -> socket.socket:
+    """A real socket subscribed over *transport* (``ws`` or ``sse``) that will never read again."""
     port = deployment.ports[0]
     raw = socket.socket()
     raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window: the server's sends block soon
     raw.connect(("127.0.0.1", port))
     auth = f"Authorization: Bearer {deployment.token}\r\n"
+    if transport == "ws":
+        raw.sendall(
+            f"GET /api/v1/live HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
+            "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+            f"{auth}\r\n".encode()
+        )
+        assert b" 101 " in raw.recv(4096).split(b"\r\n")[0]
+        payload = b'{"cursor": null}'
+        raw.sendall(bytes([0x81, 0x80 | len(payload)]) + b"\x00\x00\x00\x00" + payload)  # masked, key 0
+    else:
+        raw.sendall(f"GET /api/v1/live.sse HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{auth}\r\n".encode())
+    return raw
+
+
+def test_a_client_that_stops_reading_is_disconnected_within_15_s(deployment: Deployment) -> None:
+    """Real sockets that stop reading while their notices pile up, one per transport (WebSocket and SSE)
+    at once: within 15 s the server gives up on each (a send blocked for 10 s) and their slots are free."""
+    clients = [_stops_reading(deployment, "ws")]
     try:
-        if transport == "ws":
-            raw.sendall(
-                f"GET /api/v1/live HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
-                "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
-                f"{auth}\r\n".encode()
-            )
-            assert b" 101 " in raw.recv(4096).split(b"\r\n")[0]
-            payload = b'{"cursor": null}'
-            raw.sendall(bytes([0x81, 0x80 | len(payload)]) + b"\x00\x00\x00\x00" + payload)  # masked, key 0
-        else:
-            raw.sendall(f"GET /api/v1/live.sse HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{auth}\r\n".encode())
-        wait_for("the connection's slot", lambda: deployment.held() == 1, 10, deployment.procs)
-        # From here on it reads nothing: a job of its owner reports a long status line and many events.
+        wait_for("the WebSocket's slot", lambda: deployment.held() == 1, 10, deployment.procs)
+        clients.append(_stops_reading(deployment, "sse"))
+        wait_for("both connections' slots", lambda: deployment.held() == 2, 10, deployment.procs)
+        # From here on they read nothing: a job of their owner reports a long status line and many events.
         env = deployment.env
         job = env.submit(KIND, owner_id=deployment.identity.split(":")[1])
         ctx = env.claim(job.id)
@@ -185,13 +192,15 @@ def test_a_client_that_stops_reading_is_disconnected_within_15_s(deployment: Dep
         for i in range(300):
             ctx.event("step", n=i)
         flooded = time.monotonic()
-        # Its row deleted (not merely expired: this deployment's slots expire after 3 s): the connection ended.
-        wait_for("the end of the client that stopped reading", lambda: deployment.rows() == 0, 15, deployment.procs)
+        # Their rows deleted (not merely expired: this deployment's slots expire after 3 s): both ended.
+        wait_for("the end of the clients that stopped reading", lambda: deployment.rows() == 0, 15, deployment.procs)
         assert time.monotonic() - flooded < 15
-        # The server closed the connection: what is left in the buffers, then the end.
-        raw.settimeout(5)
-        with contextlib.suppress(ConnectionResetError):
-            while raw.recv(65536):
-                pass
+        # The server closed each connection: what is left in the buffers, then the end.
+        for raw in clients:
+            raw.settimeout(5)
+            with contextlib.suppress(ConnectionResetError):
+                while raw.recv(65536):
+                    pass
     finally:
-        raw.close()
+        for raw in clients:
+            raw.close()
