@@ -269,7 +269,7 @@ CATALOGUE: tuple[SettingSpec, ...] = (
         True,
         NEXT_BOUNDARY,
         "Start the ready jobs of a queue in rotation across owners (weighted by owners.<name>.weight); "
-        "every worker and web process reads it within 5 s.",
+        "every worker and web process reads it within 2 s.",
     ),
     SettingSpec(
         "fair_share.window",
