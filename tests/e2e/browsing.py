@@ -15,7 +15,6 @@ class Session:
 
     def __init__(self, browser, dep: Deployment, who: str, *, width: int = 1280, height: int = 860) -> None:  # type: ignore[no-untyped-def]
         self.dep = dep
-        self.browser = browser
         self.context = browser.new_context(viewport={"width": width, "height": height})
         self.page = self.context.new_page()
         self.page.set_default_timeout(15_000)
@@ -32,7 +31,7 @@ class Session:
 
     def shot(self, name: str) -> None:
         # caret="initial": hiding the caret, Playwright injects an inline style, which the CSP refuses
-        screenshots.save(self.browser, self.page, name, full_page=True, caret="initial")
+        screenshots.save(self.page, name, full_page=True, caret="initial")
 
     def close(self) -> None:
         self.context.close()

@@ -11,7 +11,7 @@ refuses the same payloads with the reason); the media kinds' forms say what thei
 a failure's error in the list; deleting a finished job from its page; a scheduler back after downtime
 shows the ticks it skipped. Then issue 16's: a viewer sees no action buttons, an operator pauses a queue
 but cannot change settings, and the audit page shows both attempts. Screenshots of every page (1280
-and 390 px) go to docs/screenshots/ (referenced from docs/ui.md), written only when they look different
+and 390 px) go to docs/screenshots/ (referenced from docs/ui.md), written only when their layout changed
 (tests/e2e/screenshots.py). No console errors allowed (but the 403 of a page a test opens to be refused).
 """
 
@@ -33,7 +33,7 @@ def test_login_page_and_keyboard(browser, deployment: Deployment) -> None:  # ty
     page = context.new_page()
     page.goto(deployment.base_url + "/jobs")
     page.wait_for_url("**/login?next=*")
-    screenshots.save(browser, page, "login")
+    screenshots.save(page, "login")
     page.fill("#username", "admin")
     page.fill("#password", "wrong password")
     page.keyboard.press("Enter")  # submit from the keyboard
@@ -534,7 +534,7 @@ def test_every_page_fits_390px_with_its_controls_on_screen(browser, deployment: 
     page = context.new_page()
     page.goto(deployment.base_url + "/login")
     assert page.locator("html").evaluate("el => el.scrollWidth") <= 390, "/login"
-    screenshots.save(browser, page, "mobile-login", full_page=True, caret="initial")
+    screenshots.save(page, "mobile-login", full_page=True, caret="initial")
     context.close()
     s = Session(browser, deployment, "admin", width=390, height=844)
     page = s.page

@@ -2,8 +2,9 @@
 
 Read off the files, no browser: each page of the "Pages" table has a row in the "Screenshots" table with at
 least one screenshot per path it lists in each column; every referenced file exists and has its column's width
-(1280 px, or 390 px for the ``mobile-`` ones); every file in docs/screenshots is referenced; and every one
-is written by a test in tests/e2e (its name appears there), so a test run regenerates it.
+(1280 px, or 390 px for the ``mobile-`` ones) and carries its layout hash (tests/e2e/screenshots.py); every file
+in docs/screenshots is referenced; and every one is written by a test in tests/e2e (its name appears there), so
+a test run regenerates it.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import re
 import struct
 from pathlib import Path
+
+from tests.e2e import screenshots
 
 ROOT = Path(__file__).resolve().parents[2]
 UI_MD = ROOT / "docs" / "ui.md"
@@ -62,6 +65,8 @@ def problems(text: str, shots: Path, e2e_sources: str) -> list[str]:
                     found.append(f"{name}: missing")
                 elif png_width(shots / name) != width:
                     found.append(f"{name}: {png_width(shots / name)} px wide, not {width}")
+                elif screenshots.layout_of((shots / name).read_bytes()) is None:
+                    found.append(f"{name}: no layout hash (a test run would rewrite it)")
     found += [f"{row}: not a page of the Pages table" for row in rows if row not in pages]
     referenced = set(IMAGE.findall(text))
     found += [f"{p.name}: not referenced" for p in sorted(shots.glob("*.png")) if p.name not in referenced]
@@ -69,6 +74,17 @@ def problems(text: str, shots: Path, e2e_sources: str) -> list[str]:
         f"{name}: written by no browser test" for name in sorted(referenced) if f'"{name[:-4]}"' not in e2e_sources
     ]
     return found
+
+
+def _without_text_chunks(png: bytes) -> bytes:
+    """*png* as a file written before screenshots carried their layout."""
+    out, at = [png[:8]], 8
+    while at < len(png):
+        (length,) = struct.unpack(">I", png[at : at + 4])
+        if png[at + 4 : at + 8] != b"tEXt":
+            out.append(png[at : at + 12 + length])
+        at += 12 + length
+    return b"".join(out)
 
 
 def _e2e_sources() -> str:
@@ -89,10 +105,12 @@ def test_the_check_finds_what_is_wrong(tmp_path: Path) -> None:
     assert problems(text, shots, _e2e_sources()) == []
     (shots / "stray.png").write_bytes((SHOTS / "login.png").read_bytes())
     (shots / "mobile-tokens.png").write_bytes((SHOTS / "tokens.png").read_bytes())
+    (shots / "jobs.png").write_bytes(_without_text_chunks((SHOTS / "jobs.png").read_bytes()))
     doctored = re.sub(r"\n\| Workers \|[^\n]*", "", text).replace(
         " ![mobile submit](screenshots/mobile-submit.png)", ""
     )
     assert problems(doctored, shots, _e2e_sources().replace('"mobile-login"', '"mobile-l0gin"')) == [
+        "jobs.png: no layout hash (a test run would rewrite it)",
         "Submit: 1 screenshot(s) at 390 px for 2 path(s)",
         "Workers: no screenshots",
         "mobile-tokens.png: 1280 px wide, not 390",
