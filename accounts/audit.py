@@ -210,11 +210,15 @@ def _where(where: AuditFilter) -> store.AuditFilterSQL:
     return store.AuditFilterSQL(where.actor, where.action, where.outcome, ms(where.since), ms(where.until))
 
 
+MAX_ROW_ID = 2**63 - 1
+
+
 def decode_cursor(cursor: str | None) -> int | None:
     """A page cursor (the last row's id) as a number; raises ValueError for anything else."""
     if cursor is None or cursor == "":
         return None
-    if not cursor.isascii() or not cursor.isdigit() or len(cursor) > 19:
+    # Row ids are 64-bit: a 19-digit number past 2**63 - 1 is no id, and SQLite cannot bind it.
+    if not cursor.isascii() or not cursor.isdigit() or len(cursor) > 19 or int(cursor) > MAX_ROW_ID:
         raise ValueError("cursor is not one this log handed out")
     return int(cursor)
 

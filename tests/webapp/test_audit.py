@@ -398,6 +398,8 @@ def test_api_filters_pages_and_exports(world: World) -> None:
     assert len(window["items"]) == 3
     assert client.get("/api/v1/audit?outcome=maybe", headers=headers).status_code == 422
     assert client.get("/api/v1/audit?cursor=abc", headers=headers).status_code == 422
+    past_int64 = client.get("/api/v1/audit?cursor=9941305353165830496", headers=headers)  # 19 digits, > 2**63 - 1
+    assert past_int64.status_code == 422 and "cursor" in past_int64.get_json()["error"]["message"]
     assert client.get("/api/v1/audit?since=2026-01-01T00:00:00", headers=headers).status_code == 422  # no zone
     export = client.get("/api/v1/audit/export?actor=ben", headers=headers)
     assert export.status_code == 200 and export.mimetype == "application/x-ndjson"
