@@ -117,6 +117,7 @@ def verdict(
             store.held_exists(conn, QUEUE, queue)
             or store.queue_admitted_due(conn, queue, now, window + self_due) - self_due >= window
         ):
+            _recheck_after_commit(tx, QUEUE, queue)
             return Verdict(QUEUE, queue)
     return Verdict(delay_ms=max(0, delay_ms))
 
@@ -432,10 +433,11 @@ _rechecks: dict[Any, set[tuple[str, str]]] = {}
 
 
 def _recheck_after_commit(tx: Tx, held: str, key: str) -> None:
-    """A job waits on *key*, decided without the key's lock (a submit, a recovery): on PostgreSQL a
-    transaction releasing the key at the same time may not have seen it. Once this transaction has
-    committed, the key is released once more, under its lock, so the job is not left waiting for a
-    release that already happened. (SQLite's single writer never interleaves the two.)"""
+    """A job waits on *key* (a concurrency or rate key, or a queue's window), decided without the key's
+    lock (a submit, a recovery): on PostgreSQL a transaction releasing the key at the same time — or,
+    for a window, the last claims of the jobs in it — may not have seen it. Once this transaction has
+    committed, the key is released once more (under its lock; a window is refilled), so the job is not
+    left waiting for a release that already happened. (SQLite's single writer never interleaves them.)"""
     conn = tx.conn
     if isinstance(conn, sqlite3.Connection) or conn.dialect.name != "postgresql":
         return
@@ -453,8 +455,10 @@ def _recheck(engine: Engine, broker: Any) -> None:
             tx.broker = broker
             if held == CONCURRENCY:
                 _release_key(tx, key, now_ms(), policy(tx.conn))
-            else:
+            elif held == RATE:
                 _wake_rate(tx, key, now_ms(), policy(tx.conn))
+            elif store.held_exists(tx.conn, QUEUE, key):
+                _refill(tx, key, now_ms(), policy(tx.conn))
 
 
 def _pick(

@@ -240,11 +240,16 @@ def test_a_worker_host_killed_whole_leaves_every_job_done_once_and_the_counts_wh
     b_at_kill = prom.value(f"sum({finished(instance=b_instance)})") or 0
 
     # Then: every job ends, each result committed once, none lost
-    wait_for(
-        lambda: d.scalar("SELECT count(*) FROM jobs WHERE status = 'succeeded'") == JOBS,
-        "every job succeeded",
-        120,
-    )
+    try:
+        wait_for(
+            lambda: d.scalar("SELECT count(*) FROM jobs WHERE status = 'succeeded'") == JOBS, "every job succeeded", 120
+        )
+    except AssertionError as exc:
+        left = d.rows(
+            "SELECT status, held, attempt, lease_expires_at IS NOT NULL AS leased, count(*) FROM jobs "
+            "WHERE status <> 'succeeded' GROUP BY status, held, attempt, lease_expires_at IS NOT NULL"
+        )
+        raise AssertionError(f"{exc}: not succeeded (status, held, attempt, leased, jobs): {left}") from None
     phases["done"] = time.monotonic() - t0
     d.assert_every_job_succeeded_once("fleet_runs", JOBS)
     assert d.scalar("SELECT count(*) FROM fleet_runs") == JOBS

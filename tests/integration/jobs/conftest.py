@@ -24,3 +24,10 @@ def env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[JobEnv]:
 def sqlite_env(tmp_path: Path) -> Iterator[JobEnv]:
     with job_env("sqlite", tmp_path) as e:
         yield e
+
+
+@pytest.fixture()
+def postgres_env(tmp_path: Path) -> Iterator[JobEnv]:
+    """PostgreSQL + Redis alone: for races SQLite's single writer cannot have."""
+    with job_env("postgres", tmp_path) as e:
+        yield e

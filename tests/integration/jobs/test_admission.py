@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from dramatiq.message import Message
+from sqlalchemy.orm import Session
 
 import jobs
 from jobs import admission_policy
@@ -198,6 +199,31 @@ def test_fair_share_starts_a_newcomers_jobs_in_rotation_with_a_flood(env: JobEnv
     else:
         # Redis's FIFO: the newcomer waits behind the window already admitted, then alternates with the flood.
         assert last_late <= 4 + 2 * 5, owners
+
+
+@pytest.mark.services
+def test_a_submit_held_by_a_window_emptied_before_it_committed_is_admitted_at_its_commit(
+    postgres_env: JobEnv,
+) -> None:
+    """A submit sees the window full and makes its jobs wait; before it commits, the window's jobs are
+    claimed and run, and their refills find nothing waiting (the submit's rows are not visible yet). No
+    claim is left to admit them: the submit's own commit must."""
+    env = postgres_env
+    env.declare("plain", lambda ctx: None)
+    _save(env, {"fair_share.window": 2})
+    for _ in range(2):
+        env.submit("plain", owner_id="first")
+    messages = Messages(env)
+    with Session(env.engine) as session, session.begin():
+        late = [
+            jobs.submit(session, owner_id="late", kind="plain", registry=env.registry, settings=env.settings).id
+            for _ in range(3)
+        ]
+        assert _drain_in_order(env, messages, 2) == ["first", "first"]  # the window empties meanwhile
+        assert messages.job_ids() == []
+    # Then the commit refills the window: two of the three go, the third waits behind them
+    assert sorted(_held(env, i)[0] or "admitted" for i in late) == ["admitted", "admitted", "queue"]
+    assert _drain_in_order(env, messages, 3) == ["late", "late", "late"]
 
 
 def test_fair_share_weights_give_owners_their_shares(env: JobEnv) -> None:
