@@ -1,16 +1,16 @@
-"""Screenshots for docs/screenshots/, written only when the page's layout changed.
+"""Screenshots for docs/screenshots/, written only when the page's frame changed.
 
-Every run renders other ids, times and counts, and the e2e deployment's lists grow with whatever ran
-before and how long it took (a schedule's fires, the jobs a test made), so neither the bytes nor the
-height of a page are the same from one run to the next. What a run can reproduce is the page's
-**layout**: :data:`_LAYOUT_JS` reduces the page to its elements' tag names and ids, the words of its
-headings, labels, column heads, buttons and navigation links (a word or id part with a digit in it
-masked: counts, ids and times), and for each element the *set* of its children's shapes (a list of 3
-or 30 rows of the same shape is one shape; a chart's SVG is one shape, whatever it draws). Its hash is
-stored in the PNG itself (a ``tEXt`` chunk, :data:`LAYOUT_KEY`); a screenshot replaces the committed
-file when the hash or the width differs, so a test run leaves the working tree clean and a changed page
-(a new section, a renamed button, a new column) is rewritten. ``TENURE_SCREENSHOTS=write`` rewrites every
-screenshot taken (a change of style alone, such as a colour, changes no layout).
+Every run renders other ids, times and counts, and the e2e deployment's data depend on what ran before
+and how long it took: a list has 3 or 30 rows, a schedule has fired or not ("No fires recorded yet"
+instead of its history table), an audit row has a reason or not. Neither the bytes, nor the height,
+nor the element tree of a page is the same from one run to the next. What a run reproduces is the
+page's **frame**: :data:`_FRAME_JS` collects the words of its title, navigation links, headings,
+legends, labels and buttons (a word with a digit in it masked: counts, ids, times), leaving out those
+inside data (table bodies, list items outside navigation, description values, details), as a set.
+Its hash is stored in the PNG itself (a ``tEXt`` chunk, :data:`LAYOUT_KEY`); a screenshot replaces
+the committed file when the hash or the width differs, so a test run leaves the working tree clean and
+a new section, field, button or page link, or a renamed one, is rewritten. ``TENURE_SCREENSHOTS=write``
+rewrites every screenshot taken, for what the frame does not capture (a new column, a change of style).
 """
 
 from __future__ import annotations
@@ -24,23 +24,23 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 SHOTS = ROOT / "docs" / "screenshots"
-#: The PNG text chunk's keyword that holds the layout's hash.
+#: The PNG text chunk's keyword that holds the frame's hash.
 LAYOUT_KEY = b"tenure-layout"
 
-_LAYOUT_JS = """() => {
-  const WORDS = new Set(["H1", "H2", "H3", "TH", "LABEL", "BUTTON", "LEGEND", "TITLE"]);
-  // A word with a digit is a count, an id or a time ("Save as revision 3", "Job 4f0c…"): not layout.
-  const words = (el) => WORDS.has(el.tagName) || (el.tagName === "A" && el.closest("nav"))
-    ? "[" + el.textContent.replace(/\\S*\\d\\S*/g, "#").replace(/\\s+/g, " ").trim() + "]" : "";
-  const shape = (el) => {
-    // A chart's marks are its data (one bucket draws points, two a line): the chart is one shape.
-    const kids = el.tagName === "svg" ? [] : [...new Set([...el.children].map(shape))].sort();
-    // Ids of rows carry the row's id ("job-4f0c…", "dead-17"): the same masking as the words.
-    const id = el.id ? "#" + el.id.replace(/[^-_]*\\d[^-_]*/g, "~") : "";
-    return el.tagName.toLowerCase() + id + words(el)
-      + (kids.length ? "(" + kids.join(",") + ")" : "");
+_FRAME_JS = """() => {
+  const FRAME = "head title, nav a, h1, h2, h3, legend, label, button";
+  const DATA = "tbody, li:not(nav li), dd, details";
+  // A label's words, not its select's options; a word with a digit is a count, an id or a time
+  // ("Save as revision 3", "Job 4f0c…"): not the frame.
+  const words = (el) => {
+    const own = el.cloneNode(true);
+    own.querySelectorAll("select, textarea").forEach((c) => c.remove());
+    return own.textContent.replace(/\\S*\\d\\S*/g, "#").replace(/\\s+/g, " ").trim();
   };
-  return shape(document.documentElement);
+  const tokens = [...document.querySelectorAll(FRAME)]
+    .filter((el) => !el.closest(DATA))
+    .map((el) => el.tagName.toLowerCase() + "[" + words(el) + "]");
+  return [...new Set(tokens)].sort().join("\\n");
 }"""
 
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -80,12 +80,12 @@ def png_width(png: bytes) -> int:
 
 
 def page_layout(page: Any) -> str:
-    """A hash of what *page* shows, leaving out what changes from run to run (see the module's doc)."""
-    return hashlib.sha256(page.evaluate(_LAYOUT_JS).encode()).hexdigest()[:32]
+    """A hash of *page*'s frame, leaving out what changes from run to run (see the module's doc)."""
+    return hashlib.sha256(page.evaluate(_FRAME_JS).encode()).hexdigest()[:32]
 
 
 def save(page: Any, name: str, **options: Any) -> None:
-    """Screenshot *page* as ``docs/screenshots/<name>.png`` if it is new or its layout or width changed."""
+    """Screenshot *page* as ``docs/screenshots/<name>.png`` if it is new or its frame or width changed."""
     layout = page_layout(page)
     png = page.screenshot(**options)
     path = SHOTS / f"{name}.png"
