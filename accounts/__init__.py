@@ -441,6 +441,19 @@ def create_role(target: Engine | Connection, name: str, description: str, action
     return _role(row)
 
 
+def _own_role(conn: Connection, name: str) -> store.RoleRow:
+    """The role an admin defined named *name*, to change or delete.
+
+    Raises: :class:`UnknownRole`, :class:`BuiltinRole`.
+    """
+    row = store.role_get(conn, name)
+    if row is None:
+        raise UnknownRole(f"No role named {name!r}.")
+    if row.builtin:
+        raise BuiltinRole()
+    return row
+
+
 def update_role(target: Engine | Connection, name: str, description: str, actions: Iterable[str]) -> tuple[Role, Role]:
     """Replace a role's description and actions (its users get the new set at their next request);
     the role before and after.
@@ -449,11 +462,7 @@ def update_role(target: Engine | Connection, name: str, description: str, action
     """
     chosen, text = _checked_actions(actions), _description(description)
     with _writing(target) as conn:
-        before = store.role_get(conn, name)
-        if before is None:
-            raise UnknownRole(f"No role named {name!r}.")
-        if before.builtin:
-            raise BuiltinRole()
+        before = _own_role(conn, name)
         store.role_set(conn, before.id, text, chosen)
         _keep_a_manager(conn)
         after = store.role_get(conn, name)
@@ -467,11 +476,7 @@ def delete_role(target: Engine | Connection, name: str) -> Role:
     Raises: :class:`UnknownRole`, :class:`BuiltinRole`, :class:`RoleInUse`.
     """
     with _writing(target) as conn:
-        row = store.role_get(conn, name)
-        if row is None:
-            raise UnknownRole(f"No role named {name!r}.")
-        if row.builtin:
-            raise BuiltinRole()
+        row = _own_role(conn, name)
         if row.users:
             raise RoleInUse(f"{row.users} user(s) hold the role {name!r}; give them another role first.")
         store.role_delete(conn, row.id)

@@ -6,6 +6,7 @@ change shows its reason as a flash message on the page it came from.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from flask import flash, g, make_response, redirect, render_template, request, session, url_for
@@ -87,13 +88,14 @@ def users():
     )
 
 
-def _done(message: str) -> Any:
-    flash(message, "info")
-    return redirect(url_for("ui.users"))
-
-
-def _refused(exc: ApiError) -> Any:
-    flash(exc.message, "error")
+def _apply(change: Callable[[], object], done: str) -> Any:
+    """Make one change of the Users page, flash *done* or why it was refused, and go back to the page."""
+    try:
+        change()
+    except ApiError as exc:
+        flash(exc.message, "error")
+    else:
+        flash(done, "info")
     return redirect(url_for("ui.users"))
 
 
@@ -101,43 +103,30 @@ def _refused(exc: ApiError) -> Any:
 @permission(MANAGE, audit_as="user.create")
 def user_create():
     name = (request.form.get("name") or "").strip()
-    try:
-        people.create_user(name, request.form.get("role") or "user", request.form.get("password") or "")
-    except ApiError as exc:
-        return _refused(exc)
-    return _done(f"User {name} created.")
+    return _apply(
+        lambda: people.create_user(name, request.form.get("role") or "user", request.form.get("password") or ""),
+        f"User {name} created.",
+    )
 
 
 @bp.route("/users/<name>/role", methods=["POST"])
 @permission(MANAGE, audit_as="user.role")
 def user_role(name: str):
     role = request.form.get("role") or ""
-    try:
-        people.set_role(name, role)
-    except ApiError as exc:
-        return _refused(exc)
-    return _done(f"{name} now has the role {role}.")
+    return _apply(lambda: people.set_role(name, role), f"{name} now has the role {role}.")
 
 
 @bp.route("/users/<name>/disabled", methods=["POST"])
 @permission(MANAGE, audit_as="user.disable")
 def user_disabled(name: str):
     disabled = request.form.get("disabled") == "1"
-    try:
-        people.set_disabled(name, disabled)
-    except ApiError as exc:
-        return _refused(exc)
-    return _done(f"{name} {'disabled' if disabled else 'enabled'}.")
+    return _apply(lambda: people.set_disabled(name, disabled), f"{name} {'disabled' if disabled else 'enabled'}.")
 
 
 @bp.route("/users/<name>/password", methods=["POST"])
 @permission(MANAGE, audit_as="user.password")
 def user_password(name: str):
-    try:
-        people.set_password(name, request.form.get("password") or "")
-    except ApiError as exc:
-        return _refused(exc)
-    return _done(f"Password of {name} set.")
+    return _apply(lambda: people.set_password(name, request.form.get("password") or ""), f"Password of {name} set.")
 
 
 @bp.route("/roles/new", methods=["POST"])
@@ -145,28 +134,21 @@ def user_password(name: str):
 def role_create():
     name = (request.form.get("name") or "").strip()
     chosen = _chosen_actions(request.form) or []
-    try:
-        people.create_role(name, request.form.get("description") or "", chosen)
-    except ApiError as exc:
-        return _refused(exc)
-    return _done(f"Role {name} created.")
+    return _apply(
+        lambda: people.create_role(name, request.form.get("description") or "", chosen), f"Role {name} created."
+    )
 
 
 @bp.route("/roles/<name>/save", methods=["POST"])
 @permission(MANAGE, audit_as="role.update")
 def role_update(name: str):
-    try:
-        people.update_role(name, request.form.get("description") or "", _chosen_actions(request.form) or [])
-    except ApiError as exc:
-        return _refused(exc)
-    return _done(f"Role {name} saved.")
+    return _apply(
+        lambda: people.update_role(name, request.form.get("description") or "", _chosen_actions(request.form) or []),
+        f"Role {name} saved.",
+    )
 
 
 @bp.route("/roles/<name>/delete", methods=["POST"])
 @permission(MANAGE, audit_as="role.delete")
 def role_delete(name: str):
-    try:
-        people.delete_role(name)
-    except ApiError as exc:
-        return _refused(exc)
-    return _done(f"Role {name} deleted.")
+    return _apply(lambda: people.delete_role(name), f"Role {name} deleted.")
