@@ -8,7 +8,6 @@ test should wait a lease for).
 
 from __future__ import annotations
 
-import base64
 import itertools
 import re
 import sqlite3
@@ -25,6 +24,7 @@ import accounts
 import jobs
 from broker import SQLiteBroker
 
+from .conftest import Person
 from .jobdriver import JobDriver
 
 #: The one schedule of the web tests (a plain periodic actor on the test's broker).
@@ -37,26 +37,17 @@ def unique(prefix: str) -> str:
 
 
 @dataclass
-class Caller:
+class Caller(Person):
     """Someone calling the app: a user of a role with a password and a token (maybe a scoped one)."""
 
-    name: str
-    user: accounts.User
-    password: str
-    token: str
-    permissions: frozenset[str]
+    permissions: frozenset[str] = frozenset()
     #: A logged-in test client (UI pages), made on first use.
     session: FlaskClient | None = None
     csrf: str = ""
 
     @property
-    def bearer(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.token}"}
-
-    @property
-    def basic(self) -> dict[str, str]:
-        raw = base64.b64encode(f"{self.user.username}:{self.password}".encode()).decode()
-        return {"Authorization": f"Basic {raw}"}
+    def name(self) -> str:
+        return self.user.username
 
     def may(self, *actions: str) -> bool:
         return all(a in ("public", "authenticated") or a in self.permissions for a in actions)
@@ -79,7 +70,7 @@ class World:
         user, password = accounts.create_user(self.engine, name or unique(role), role=role)
         token, secret = accounts.create_token(self.engine, user.id, "probe", token_actions)
         allowed = token.permissions & user.permissions
-        return Caller(user.username, user, password, secret, allowed if token_actions is not None else user.permissions)
+        return Caller(user, password, secret, allowed if token_actions is not None else user.permissions)
 
     def login(self, caller: Caller) -> FlaskClient:
         """*caller*'s logged-in browser session (the same one on every call)."""
