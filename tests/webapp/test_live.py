@@ -12,6 +12,8 @@ from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 from werkzeug.serving import make_server
 
+from tests.stalled_subscriber import stalled_subscriber
+
 from .conftest import login
 
 
@@ -639,25 +641,11 @@ def test_the_identity_limit_holds_across_web_processes(app_config, database_path
 @pytest.mark.parametrize("transport", ["ws", "sse"])
 def test_a_client_that_stops_reading_is_dropped_and_frees_its_slot(app, server, driver, alice, transport) -> None:  # type: ignore[no-untyped-def]
     """A real socket that stops reading: the server's sends block, time out, and the connection ends."""
-    import socket
     import time
 
     app.config.update(LIVE_SEND_TIMEOUT_S=1.0, LIVE_SEND_BUFFER_BYTES=4096)
     host, port = server.split(":")
-    raw = socket.socket()
-    raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window: the server's sends fill it soon
-    raw.connect((host, int(port)))
-    auth = f"Authorization: Bearer {alice.token}\r\n"
-    if transport == "ws":
-        raw.sendall(
-            f"GET /api/v1/live HTTP/1.1\r\nHost: {server}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-            f"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n{auth}\r\n".encode()
-        )
-        assert b" 101 " in raw.recv(4096).split(b"\r\n")[0]
-        payload = b'{"cursor": null}'
-        raw.sendall(bytes([0x81, 0x80 | len(payload)]) + b"\x00\x00\x00\x00" + payload)  # masked, key 0
-    else:
-        raw.sendall(f"GET /api/v1/live.sse HTTP/1.1\r\nHost: {server}\r\n{auth}\r\n".encode())
+    raw = stalled_subscriber(host, int(port), alice.token, transport)
     try:
         deadline = time.monotonic() + 5
         while _slots_held(app, alice)[0] != 1:

@@ -29,6 +29,7 @@ from accounts import live_slots
 from tests.acceptance.operations.support import Procs, processes, wait_for
 from tests.acceptance.operations.web import free_port, live
 from tests.integration.jobs.support import JobEnv, job_env
+from tests.stalled_subscriber import stalled_subscriber
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -155,23 +156,7 @@ def test_a_killed_web_process_gives_its_slots_back_when_they_expire(deployment: 
 
 def _stops_reading(deployment: Deployment, transport: str) -> socket.socket:
     """A real socket subscribed over *transport* (``ws`` or ``sse``) that will never read again."""
-    port = deployment.ports[0]
-    raw = socket.socket()
-    raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window: the server's sends block soon
-    raw.connect(("127.0.0.1", port))
-    auth = f"Authorization: Bearer {deployment.token}\r\n"
-    if transport == "ws":
-        raw.sendall(
-            f"GET /api/v1/live HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
-            "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
-            f"{auth}\r\n".encode()
-        )
-        assert b" 101 " in raw.recv(4096).split(b"\r\n")[0]
-        payload = b'{"cursor": null}'
-        raw.sendall(bytes([0x81, 0x80 | len(payload)]) + b"\x00\x00\x00\x00" + payload)  # masked, key 0
-    else:
-        raw.sendall(f"GET /api/v1/live.sse HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{auth}\r\n".encode())
-    return raw
+    return stalled_subscriber("127.0.0.1", deployment.ports[0], deployment.token, transport)
 
 
 def test_a_client_that_stops_reading_is_disconnected_within_15_s(deployment: Deployment) -> None:
