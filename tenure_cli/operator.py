@@ -10,8 +10,10 @@ JSON Lines with ``--json`` (:mod:`tenure_cli.output`). Exit codes: 0 ok, 1 refus
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import os
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -285,7 +287,7 @@ def _follow(remote: Remote, job_id: str, after: int, page_size: int, out: Output
     one printed, so each event prints once, in sequence order, whatever the notices say. Progress
     (which writes no event) prints as an event of type ``progress`` with sequence ``null``.
     """
-    with remote.live() as feed:
+    with _ctrl_c_exits(), remote.live() as feed:
         next(feed)  # hello: the feed is open from here on
         job = remote.get(_job_path(job_id))
         emit = _EventPrinter(out)
@@ -313,6 +315,28 @@ def _follow(remote: Remote, job_id: str, after: int, page_size: int, out: Output
             last = catch_up(last)
         catch_up(last)
     return EXIT_OK
+
+
+@contextlib.contextmanager
+def _ctrl_c_exits() -> Iterator[None]:
+    """While following, Ctrl-C exits 130 at once instead of raising KeyboardInterrupt.
+
+    A follow only reads, so there is nothing to undo; a KeyboardInterrupt, which can surface at any bytecode,
+    could surface inside httpx's connection pool while it holds a lock, and the exit would then wait on that
+    lock forever (the Python docs' note on signal handlers that raise)."""
+    previous = signal.signal(signal.SIGINT, _exit_interrupted)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _exit_interrupted(_signum: int, _frame: object) -> None:
+    try:
+        sys.stdout.flush()
+    except (OSError, RuntimeError, ValueError):  # a closed or broken pipe, or a flush the signal interrupted
+        pass
+    os._exit(EXIT_INTERRUPTED)
 
 
 def jobs_cancel(remote: Remote, args: argparse.Namespace, out: Output) -> int:
