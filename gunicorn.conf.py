@@ -21,7 +21,8 @@ threads = int(os.environ.get("TENURE_WEB_THREADS", "32"))
 os.environ.setdefault("TENURE_WEB_LIVE_MAX_CONNECTIONS", str(max(1, threads - 8)))
 #: A slow request (or a stuck one) is killed after this; live feeds write a heartbeat every 10 s.
 timeout = 30
-#: On SIGTERM: finish requests for this long, then drop connections (live clients reconnect with their cursor).
+#: On SIGTERM: finish requests for this long, then drop connections. Live feeds do not count against it:
+#: they end at their next poll (post_worker_init) and their clients reconnect with their cursor.
 graceful_timeout = 10
 keepalive = 5
 #: Longest request line gunicorn accepts (its maximum; longer lines get gunicorn's own HTML 414).
@@ -53,3 +54,21 @@ def post_fork(server, worker):  # type: ignore[no-untyped-def]
     except ImportError:
         return
     metrics.WEB_WORKERS.inc()
+
+
+def post_worker_init(worker):  # type: ignore[no-untyped-def]
+    """Chain the live feed's shutdown to the worker's SIGTERM (installed by gunicorn just before): a live
+    stream runs as long as its client stays, so without this a graceful shutdown (a deploy, ``make run``
+    stopped with a browser tab open) would wait out ``graceful_timeout`` for each one."""
+    import signal
+
+    end_live_streams = getattr(worker.wsgi, "extensions", {}).get("tenure.end_live_streams")
+    if end_live_streams is None:  # an app without Tenure's live feed
+        return
+    graceful_exit = signal.getsignal(signal.SIGTERM)
+
+    def on_sigterm(signum, frame):  # type: ignore[no-untyped-def]
+        end_live_streams()
+        graceful_exit(signum, frame)
+
+    signal.signal(signal.SIGTERM, on_sigterm)

@@ -95,11 +95,13 @@ def create_app(test_config: dict[str, Any] | None = None) -> Flask:
 
     from .api import register_api
     from .live import bp as live_bp
-    from .live import sock
+    from .live import end_streams, sock
     from .metrics import bp as metrics_bp
     from .ui import bp as ui_bp
 
     sock.init_app(app)
+    # For the server's shutdown hook (gunicorn.conf.py), which reaches the app, not this package.
+    app.extensions["tenure.end_live_streams"] = end_streams
     register_api(app)
     csrf.exempt(live_bp)  # live GETs only; Origin is checked instead
     app.register_blueprint(live_bp)

@@ -37,6 +37,10 @@ Both transports serve the same stream (docs/api.md, "Live feed"):
 - A message that cannot be written within ``LIVE_SEND_TIMEOUT_S`` (a client that stopped reading, once
   ``LIVE_SEND_BUFFER_BYTES`` of kernel buffer are full) ends the connection and frees its slot; an SSE
   client that closed its end is noticed at the next poll.
+- When its web process begins a graceful shutdown (:func:`end_streams`, chained to gunicorn's SIGTERM in
+  ``gunicorn.conf.py``), every open stream ends at its next poll: a WebSocket with close code 1012
+  (service restart), an SSE response by its end. The shutdown does not wait out gunicorn's graceful
+  timeout for them, and their clients resume with their cursor on another process.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ import re
 import select
 import socket
 import struct
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -74,6 +79,19 @@ _CURSOR = re.compile(r"[0-9a-z]{16}\.\d{1,18}")
 #: WebSocket close code for a first message the feed cannot take, or a stream whose caller lost the
 #: right to it (RFC 6455: policy violation).
 CLOSE_POLICY_VIOLATION = 1008
+#: How long a dropped WebSocket's reader thread gets to notice the end (it needs a wake-up and a recv).
+READER_EXIT_S = 1.0
+#: WebSocket close code for a stream ended by its web process's shutdown (IANA registry: service restart).
+CLOSE_SERVICE_RESTART = 1012
+
+#: Set once this process begins a graceful shutdown: an open stream ends at its next poll instead of
+#: holding the shutdown until gunicorn's graceful timeout drops it.
+_shutting_down = threading.Event()
+
+
+def end_streams() -> None:
+    """End every live stream of this process at its next poll (called when a graceful shutdown begins)."""
+    _shutting_down.set()
 
 
 def visibility(identity: Identity) -> str | None:
@@ -342,10 +360,16 @@ def _close(ws: WebSocketServer, code: int, message: str) -> None:
 
 
 def _drop(ws: WebSocketServer) -> None:
-    """End the TCP connection without a closing handshake (the client is not reading)."""
+    """End the TCP connection without a closing handshake (the client is not reading).
+
+    simple-websocket's reader thread, which is no daemon (a process cannot exit while it runs), waits in
+    ``select`` on the socket until its next ping (25 s). The shutdown wakes it, but only if the socket is
+    still open when it looks: closing drops the socket from its ``select`` set. So the reader is given
+    the moment it needs to see the end and exit before the socket is closed."""
     ws.connected = False
     with contextlib.suppress(OSError):
         ws.sock.shutdown(socket.SHUT_RDWR)
+    ws.thread.join(READER_EXIT_S)
     ws.sock.close()
 
 
@@ -372,6 +396,9 @@ def live_ws(ws: Any) -> None:
             if time.monotonic() < next_poll:
                 continue
             next_poll = time.monotonic() + poll_s
+            if _shutting_down.is_set():
+                _close(ws, CLOSE_SERVICE_RESTART, "The server is restarting; reconnect with your cursor.")
+                return
             ended = stream.check()
             if ended is not None:
                 _send(ws, ended)
@@ -423,6 +450,8 @@ def live_sse() -> Response:
                 time.sleep(poll_s)
                 if raw_socket is not None and _peer_closed(raw_socket):
                     return  # noticed now, not at the next write (which may be a heartbeat away)
+                if _shutting_down.is_set():
+                    return  # EventSource reconnects by itself (retry: 3000), with Last-Event-ID
                 ended = stream.check()
                 if ended is not None:
                     yield _sse(ended)

@@ -3,7 +3,8 @@
 Two gunicorn servers on two ports serve the app on one database: the per-identity limit counts the
 connections of both (a row per connection in the job database), a killed web process gives its
 connections' slots back once they expire, and a client that stops reading is disconnected by the
-send timeout (10 s, the default) and frees its slot.
+send timeout (10 s, the default) and frees its slot. A graceful shutdown (SIGTERM) ends open streams at
+once instead of waiting out gunicorn's graceful timeout.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from websockets.exceptions import InvalidStatus
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
 import accounts
@@ -36,6 +37,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 KIND = "live_limits_echo"
 #: Slots expire this soon after their last renewal here, so a killed process's come back quickly.
 SLOT_TTL_S = 3
+#: gunicorn.conf.py's graceful_timeout: how long a SIGTERMed worker waits for open requests.
+GRACEFUL_TIMEOUT_S = 10
 
 
 @dataclass
@@ -189,3 +192,28 @@ def test_a_client_that_stops_reading_is_disconnected_within_15_s(deployment: Dep
     finally:
         for raw in clients:
             raw.close()
+
+
+def test_a_graceful_shutdown_ends_open_streams_instead_of_waiting_out_its_timeout(tmp_path: Path) -> None:
+    """SIGTERM to gunicorn with a WebSocket and an SSE stream open: the WebSocket is closed with 1012
+    (service restart), the SSE response ends with its last chunk (a connection cut when the graceful
+    timeout ran out would end mid-body), and gunicorn is gone before that timeout."""
+    with job_env("sqlite", tmp_path) as env, processes(tmp_path) as procs:
+        user, _ = accounts.create_user(env.engine, "ursula", "live-limits-password")
+        _, token = accounts.create_token(env.engine, user.id, "live")
+        port = _start_web(procs, env, "web", 1)
+        wait_for("the web server", lambda: live(port), 30, procs)
+        (web,) = procs.started
+        sse = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        sse.request("GET", "/api/v1/live.sse", headers={"Authorization": f"Bearer {token}"})
+        stream = sse.getresponse()
+        assert stream.status == 200 and stream.getheader("Transfer-Encoding") == "chunked"
+        with _ws(port, token) as ws:
+            procs.signal(web, signal.SIGTERM)
+            with pytest.raises(ConnectionClosed) as closed:
+                while True:
+                    ws.recv(timeout=GRACEFUL_TIMEOUT_S)
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1012
+        assert b"event: hello" in stream.read()  # the whole body: IncompleteRead had it been cut
+        sse.close()
+        web.popen.wait(GRACEFUL_TIMEOUT_S - 1)
