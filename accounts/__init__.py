@@ -15,8 +15,9 @@ Writes take an Engine (their own transaction) or a Connection inside the caller'
 transaction usable), so the caller can write the audit row (:mod:`accounts.audit`) in the same
 transaction as the change it records.
 
-Passwords are hashed with scrypt (``hashlib.scrypt``; n=2**15, r=8, p=1, 16-byte salt), stored as
-``scrypt$n$r$p$salt_hex$hash_hex`` so the cost can be raised later without breaking old hashes.
+Passwords are hashed with scrypt (``hashlib.scrypt``; n=2**15 unless the web process sets another,
+r=8, p=1, 16-byte salt), stored as ``scrypt$n$r$p$salt_hex$hash_hex`` so the cost can change later
+without breaking old hashes.
 API tokens are ``tnr_`` + 43 url-safe characters (256 bits); only their SHA-256 is stored, and the
 secret is returned exactly once, by :func:`create_token`.
 """
@@ -38,8 +39,11 @@ from sqlalchemy.exc import IntegrityError
 from . import audit, permissions, store
 from .store import reading as _read
 
-#: scrypt cost parameters for new hashes (≈ 50 ms on a laptop core; 32 MiB of memory).
+#: scrypt cost parameters for new hashes (≈ 50 ms on a laptop core; 32 MiB of memory). The web process
+#: may lower N (:func:`set_scrypt_cost`); hashes carry their own parameters, so old ones still verify.
 SCRYPT_N = 2**15
+#: The range :func:`set_scrypt_cost` accepts: below 2**10 a hash is cheap to brute-force offline.
+SCRYPT_N_RANGE = (2**10, 2**20)
 SCRYPT_R = 8
 SCRYPT_P = 1
 #: Passwords shorter than this are refused.
@@ -234,8 +238,22 @@ def verify_password(password: str, stored: str) -> bool:
     return hmac.compare_digest(digest.hex(), digest_hex)
 
 
-#: Verified against when the user does not exist, so a wrong name costs as much time as a wrong password.
-_DUMMY_HASH = f"scrypt${SCRYPT_N}${SCRYPT_R}${SCRYPT_P}${'00' * 16}${'00' * 64}"
+def set_scrypt_cost(n: int) -> None:
+    """Hash new passwords of this process with scrypt cost *n*: a power of two in :data:`SCRYPT_N_RANGE`.
+
+    Raises:
+      ValueError: *n* is not such a power of two.
+    """
+    low, high = SCRYPT_N_RANGE
+    if not (low <= n <= high and n & (n - 1) == 0):
+        raise ValueError(f"the scrypt cost must be a power of two from {low} to {high}, not {n}")
+    global SCRYPT_N
+    SCRYPT_N = n
+
+
+def _dummy_hash() -> str:
+    """Verified against when the user does not exist, so a wrong name costs as much time as a wrong password."""
+    return f"scrypt${SCRYPT_N}${SCRYPT_R}${SCRYPT_P}${'00' * 16}${'00' * 64}"
 
 
 def generate_password() -> str:
@@ -305,7 +323,7 @@ def authenticate(engine: Engine, username: str, password: str) -> User | None:
         row = store.user_get_by_name(conn, username)
         actions = store.role_actions(conn, row.role) if row is not None else frozenset()
     if row is None:
-        verify_password(password, _DUMMY_HASH)
+        verify_password(password, _dummy_hash())
         return None
     if not verify_password(password, row.password_hash) or row.disabled:
         return None

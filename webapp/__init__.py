@@ -58,6 +58,9 @@ DEFAULTS: dict[str, Any] = {
     "UI_POLL_S": 30,
     #: Serve /metrics without credentials (for a scraper on a private network).
     "METRICS_PUBLIC": False,
+    #: scrypt cost (N) of the passwords this process hashes and of a failed login with an unknown name
+    #: (see accounts.set_scrypt_cost: a power of two, 1024 … 1048576).
+    "PASSWORD_SCRYPT_N": 2**15,
     #: The composition root that declares the job kinds and their broker (called at start so submit knows them).
     "TASKS_APP": "tasks:compose",
 }
@@ -74,10 +77,16 @@ def create_app(test_config: dict[str, Any] | None = None) -> Flask:
     if test_config:
         app.config.from_mapping(test_config)
 
+    import accounts
+
     from . import errors
     from .auth import bp as auth_bp
     from .auth import csrf, login_manager
 
+    try:
+        accounts.set_scrypt_cost(int(app.config["PASSWORD_SCRYPT_N"]))
+    except ValueError as exc:
+        raise RuntimeError(f"TENURE_WEB_PASSWORD_SCRYPT_N: {exc}") from None
     services = _build_services(app)
     app.extensions["tenure"] = services
     if not app.config.get("SECRET_KEY"):

@@ -144,6 +144,8 @@ def deployment(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
         "PORT": str(port),
         "TENURE_WEB_WORKERS": "2",
         "TENURE_WEB_THREADS": "16",
+        # Each refused Basic credential costs one scrypt at this cost, and the fuzz's auth probes send hundreds.
+        "TENURE_WEB_PASSWORD_SCRYPT_N": "1024",
     }
     env.update(getattr(request.module, "DEPLOYMENT_ENV", {}))  # a module's own settings (its docstring says why)
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)

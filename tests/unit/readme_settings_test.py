@@ -37,7 +37,12 @@ COMMAND_VARIABLES = {
     },
 }
 #: Read by the web app factory through ``app.config.from_prefixed_env("TENURE_WEB")``: DEFAULTS keys.
-WEB_PREFIXED = {"TENURE_WEB_LIVE_MAX_PER_IDENTITY", "TENURE_WEB_ALLOWED_ORIGINS", "TENURE_WEB_METRICS_PUBLIC"}
+WEB_PREFIXED = {
+    "TENURE_WEB_LIVE_MAX_PER_IDENTITY",
+    "TENURE_WEB_ALLOWED_ORIGINS",
+    "TENURE_WEB_METRICS_PUBLIC",
+    "TENURE_WEB_PASSWORD_SCRYPT_N",
+}
 #: Defaults the README states in words (derived from other settings or found at run time).
 DESCRIBED_DEFAULTS = {"broker_url", "recovery_interval_s", "ffmpeg"}
 

@@ -112,6 +112,7 @@ def app_config(web_engine: Engine, web_broker: SQLiteBroker, kinds: Registry, we
         "TENURE_SETTINGS": web_settings,
         "TASKS_APP": "",
         "LIVE_POLL_S": 0.05,
+        "PASSWORD_SCRYPT_N": 2**10,  # as _cheap_scrypt: the app sets its cost when it is built
     }
 
 

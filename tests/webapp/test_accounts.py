@@ -53,6 +53,24 @@ def test_password_hash_is_salted_scrypt(engine: Engine) -> None:
     assert not accounts.verify_password("same password", "garbage")
 
 
+def test_the_web_process_sets_the_scrypt_cost_of_new_hashes_within_bounds(
+    app_config: dict,
+    monkeypatch: pytest.MonkeyPatch,  # type: ignore[type-arg]
+) -> None:
+    from webapp import create_app
+
+    monkeypatch.setattr(accounts, "SCRYPT_N", accounts.SCRYPT_N)  # restored after the test
+    create_app({**app_config, "PASSWORD_SCRYPT_N": 2**12})
+    new = accounts.hash_password("a long enough password")
+    assert new.startswith("scrypt$4096$8$1$") and accounts.verify_password("a long enough password", new)
+    for wrong in (1000, 2**9, 2**21):
+        with pytest.raises(ValueError, match="power of two from 1024 to 1048576"):
+            accounts.set_scrypt_cost(wrong)
+        with pytest.raises(RuntimeError, match="TENURE_WEB_PASSWORD_SCRYPT_N"):
+            create_app({**app_config, "PASSWORD_SCRYPT_N": wrong})
+    assert accounts.SCRYPT_N == 2**12  # a refused cost changes nothing
+
+
 def test_tokens_hashed_shown_once_revocable(engine: Engine) -> None:
     user, _ = accounts.create_user(engine, "erin")
     other, _ = accounts.create_user(engine, "frank")
