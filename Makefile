@@ -46,4 +46,4 @@ run: install system-deps
 	bash scripts/run.sh
 
 clean:
-	rm -rf $(VENV) var/*.db var/*.db-wal var/*.db-shm
+	rm -rf $(VENV) var/*.db var/*.db-wal var/*.db-shm var/*.db-writer.lock

@@ -27,6 +27,7 @@ from importlib import resources
 
 from .connection import SQLiteTarget, check_location, check_sqlite_version, connect
 from .errors import UnsupportedDatabase, translate_errors
+from .writer_queue import process_write_lock
 
 #: Version of ``schema.sql``; a database recording a newer one is refused.
 SCHEMA_VERSION = 1
@@ -146,9 +147,9 @@ class MessageStore:
     def write(self) -> Iterator[sqlite3.Connection]:
         """A ``BEGIN IMMEDIATE`` transaction on this thread's connection, committed on success.
 
-        Writers of one process queue on a Python lock first: SQLite's busy handler sleeps 1, 2, 5 …
-        ms when the write lock is taken, so two threads of one process (a claim and the ack writer)
-        would otherwise add milliseconds of latency to each other.
+        Writers queue first (:mod:`broker.writer_queue`: this process's threads, then every process):
+        SQLite's busy handler sleeps 1, 2, 5 … ms when the write lock is taken, so writers would
+        otherwise add milliseconds of latency to each other.
         """
         conn = self.conn()
         with process_write_lock(self.target.path), translate_errors():
@@ -659,33 +660,6 @@ def _close_quietly(conn: sqlite3.Connection) -> None:
         conn.close()
     except sqlite3.Error:
         pass
-
-
-_write_locks: dict[str, threading.RLock] = {}
-_write_locks_guard = threading.Lock()
-
-
-def process_write_lock(path: str) -> threading.RLock:
-    """One lock per database file per process (re-entrant: nested helpers may write)."""
-    lock = _write_locks.get(path)  # fast path: the spelling callers use, no realpath() per transaction
-    if lock is not None:
-        return lock
-    key = os.path.realpath(path)
-    lock = _write_locks.get(key)
-    if lock is None:
-        with _write_locks_guard:
-            lock = _write_locks.setdefault(key, threading.RLock())
-            _write_locks[path] = lock
-    return lock
-
-
-def _reset_write_locks_after_fork() -> None:
-    global _write_locks_guard
-    _write_locks.clear()
-    _write_locks_guard = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_reset_write_locks_after_fork)
 
 
 def _split_sql(script: str) -> list[str]:

@@ -26,7 +26,7 @@ from sqlalchemy import Connection, Engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
-from broker.store import process_write_lock
+from broker.writer_queue import process_write_lock
 from settings.environment import DEFAULT_SQLITE_BUSY_TIMEOUT_MS
 
 from .lifecycle import AfterCommit, AfterCommitBuffer, SessionAfterCommit
@@ -132,11 +132,11 @@ _unserialized: weakref.WeakSet[Engine] = weakref.WeakSet()
 
 
 def writer_lock(engine: Engine) -> Any:
-    """A per-process lock serialising this process's write transactions on one SQLite file.
+    """This process's place in the queue for one SQLite file's write lock (:mod:`broker.writer_queue`).
 
-    SQLite has one writer; threads of one process that all try ``BEGIN IMMEDIATE`` at once wait in
-    SQLite's busy handler, which sleeps in growing steps (milliseconds). Queueing them on a Python
-    lock first hands the write lock over at once. Other processes still meet in the busy handler.
+    SQLite has one writer; writers that all try ``BEGIN IMMEDIATE`` at once wait in SQLite's busy
+    handler, which sleeps in growing steps (milliseconds). Queueing them first (the threads of a
+    process on a Python lock, the processes on a lock file) hands the write lock over at once.
     For other databases this is a no-op context manager.
     """
     path = engine.url.database if engine.dialect.name == "sqlite" else None

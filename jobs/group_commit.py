@@ -232,8 +232,8 @@ def _committer(engine: Engine) -> GroupCommitter:
 
 
 def _holds(lock: Any) -> bool:
-    is_owned = getattr(lock, "_is_owned", None)  # threading.RLock: whether this thread holds it
-    return bool(is_owned()) if is_owned is not None else False
+    owned = getattr(lock, "owned", None)  # a writer queue: whether this thread holds its place
+    return bool(owned()) if owned is not None else False
 
 
 def hot_write(engine: Engine, fn: Callable[[Tx], T]) -> T:
