@@ -38,15 +38,9 @@ BATCH = 8
 
 
 def _entries_take_owner(status_events_many: Any) -> bool:
-    """Whether this tree's ``status_events_many`` entries carry the owner (older trees: 5-tuples)."""
-    hint = str(inspect.signature(status_events_many).parameters["entries"].annotation)
-    inner = hint.removeprefix("list[tuple[").removesuffix("]]")
-    depth, fields = 0, 1
-    for ch in inner:
-        depth += ch == "["
-        depth -= ch == "]"
-        fields += ch == "," and depth == 0
-    return fields == 5
+    """Whether this tree's ``status_events_many`` entries carry the owner: older trees take
+    ``tuple[str, str, int, str, dict[str, Any]]`` (five commas in the hint), newer ones drop the owner (four)."""
+    return str(inspect.signature(status_events_many).parameters["entries"].annotation).count(",") == 5
 
 
 def replay(n: int, drop: str) -> dict[str, float]:

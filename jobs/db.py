@@ -117,6 +117,9 @@ class _NoLock:
     def acquire(self) -> bool:
         return True
 
+    def owned(self) -> bool:
+        return False
+
     def release(self) -> None:
         pass
 

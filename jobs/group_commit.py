@@ -231,11 +231,6 @@ def _committer(engine: Engine) -> GroupCommitter:
     return c
 
 
-def _holds(lock: Any) -> bool:
-    owned = getattr(lock, "owned", None)  # a writer queue: whether this thread holds its place
-    return bool(owned()) if owned is not None else False
-
-
 def hot_write(engine: Engine, fn: Callable[[Tx], T]) -> T:
     """Run ``fn(tx)`` in a write transaction and return its result after the commit.
 
@@ -247,7 +242,7 @@ def hot_write(engine: Engine, fn: Callable[[Tx], T]) -> T:
     ``with jobs.db.write(engine) as tx: return fn(tx)``.
     """
     postgres = engine.dialect.name == "postgresql"
-    if not (postgres or fast_sqlite(engine)) or _holds(writer_lock(engine)):
+    if not (postgres or fast_sqlite(engine)) or writer_lock(engine).owned():
         # (A thread already inside a write transaction of this file would wait for the writer thread
         # while holding the lock that thread needs: it runs its write inline instead, as before.)
         with write(engine) as tx:
