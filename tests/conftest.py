@@ -48,11 +48,6 @@ def rabbitmq_management_url() -> str:
 #: itself (a temporary SQLite file, a fresh PostgreSQL database, a random Redis namespace, unique
 #: queue names) and may run beside anything.
 SHARED_SERVICE_MARKERS = ("rabbitmq", "fleet")
-#: The SIGKILL chaos runs (thousands of jobs through worker groups killed on a clock, with a bound on how
-#: soon after the last kill everything is done): each one alone keeps both cores busy, and two at once
-#: (Redis and RabbitMQ) slowed a drain to ~70 jobs/s, past its bound. They share the group above, so they
-#: run one after another.
-CHAOS_MODULES = ("tests/acceptance/jobs/test_chaos.py", "tests/acceptance/jobs/test_stranded_messages.py")
 #: Tests that share a session-scoped live deployment (gunicorn + worker): one xdist worker runs them all,
 #: so the deployment starts once.
 E2E_DIR = "tests/e2e/"
@@ -63,7 +58,5 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.nodeid.startswith(E2E_DIR):
             item.add_marker(pytest.mark.xdist_group("e2e"))
-        elif item.nodeid.startswith(CHAOS_MODULES) or (
-            item.nodeid.startswith("tests/acceptance/") and any(m in item.nodeid for m in SHARED_SERVICE_MARKERS)
-        ):
+        elif item.nodeid.startswith("tests/acceptance/") and any(m in item.nodeid for m in SHARED_SERVICE_MARKERS):
             item.add_marker(pytest.mark.xdist_group("shared-services"))
