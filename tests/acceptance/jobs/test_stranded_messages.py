@@ -60,6 +60,9 @@ def server_backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPat
 
 @pytest.mark.slow
 @pytest.mark.services
+# The 30 s bound is wall clock: beside the parallel phase's load the fleet drained at ~70–90 jobs/s and
+# missed it (it needs ~100), alone it finishes with time to spare.
+@pytest.mark.exclusive
 @pytest.mark.timeout(300)
 def test_stranded_messages_come_back_on_the_default_broker(server_backend: str, tmp_path: Path) -> None:
     env = {"TENURE_JOB_LEASE_TTL_S": "2", "TENURE_TEST_DEFAULT_BROKER": "1"}
