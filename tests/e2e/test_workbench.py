@@ -31,6 +31,22 @@ PIPELINE_WAIT_S = 180
 FINISHED_PIPELINE_TIMEOUT_S = PIPELINE_WAIT_S + 60
 #: How long the graph test watches each of its two phases, in seconds.
 PHASE_WAIT_S = 120
+#: Installed in the workflow's page: appends each new value of the workflow's progress bar to
+#: ``window.shownProgress`` as the live feed swaps the panel in, once the DAG has its three steps.
+RECORD_PROGRESS_JS = """() => {
+  window.shownProgress = [];
+  const record = () => {
+    const bar = document.querySelector("#job-panel .progress-line progress");
+    if (!bar || bar.getAttribute("value") === null) return;
+    if (document.querySelectorAll("svg.dag a.node").length !== 3) return;
+    const value = parseFloat(bar.getAttribute("value"));
+    const shown = window.shownProgress;
+    if (shown.length === 0 || shown[shown.length - 1] !== value) shown.push(value);
+  };
+  new MutationObserver(record).observe(document.body, {
+    subtree: true, childList: true, attributes: true, attributeFilter: ["value"],
+  });
+}"""
 
 
 @pytest.fixture(scope="module")
@@ -74,19 +90,18 @@ def test_pipeline_graph_updates_live_and_its_clip_plays(browser, deployment: Dep
     navigations: list[str] = []
     page.on("framenavigated", lambda frame: navigations.append(frame.url) if frame == page.main_frame else None)
     seen: dict[str, list[str]] = {}
-    progress: list[float] = []
+    # Every progress value the page shows once the whole DAG is known (the import adds the other steps), recorded
+    # by the page itself on each swap: a loop sampling it would miss a value shown between two of its looks
+    page.evaluate(RECORD_PROGRESS_JS)
 
     def watch(until, timeout_s: float = PHASE_WAIT_S) -> None:  # type: ignore[no-untyped-def]
-        """Record every node's status (and the workflow's progress once the whole DAG is known) until *until*."""
+        """Record every node's status until *until*."""
         deadline = time.monotonic() + timeout_s
         while True:
             states = _dag_states(page)
             for name, status in states.items():
                 if not seen.get(name) or seen[name][-1] != status:
                     seen.setdefault(name, []).append(status)
-            value = page.locator("#job-panel .progress-line progress").first.get_attribute("value")
-            if value is not None and len(states) == 3:  # the import adds the others
-                progress.append(float(value))
             if until(states):
                 return
             assert time.monotonic() < deadline, f"the page never got there: {seen}"
@@ -107,7 +122,7 @@ def test_pipeline_graph_updates_live_and_its_clip_plays(browser, deployment: Dep
     finally:  # the other tests need the queues
         for queue in ("default", "render"):
             deployment.api("POST", f"/api/v1/queues/{queue}/resume")
-    progress.append(float(page.locator("#job-panel .progress-line progress").first.get_attribute("value") or 0))
+    progress: list[float] = page.evaluate("window.shownProgress")
     assert navigations == [], navigations
     assert seen["import"][0] == "queued" and seen["import"][-1] == "succeeded", seen
     assert seen["render"][0] == "queued" and seen["render"][-1] == "succeeded", seen
