@@ -29,6 +29,7 @@ from sqlalchemy.orm import Session
 from broker.writer_queue import process_write_lock
 from settings.environment import DEFAULT_SQLITE_BUSY_TIMEOUT_MS
 
+from . import sqlite_aggregates
 from .lifecycle import AfterCommit, AfterCommitBuffer, SessionAfterCommit
 
 #: Execution option that marks a connection's transactions read-only (deferred ``BEGIN`` on SQLite).
@@ -97,6 +98,7 @@ def make_engine(
         cur.execute("PRAGMA synchronous = NORMAL")
         cur.execute("PRAGMA foreign_keys = ON")
         cur.close()
+        sqlite_aggregates.register(dbapi_connection)
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:

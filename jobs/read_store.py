@@ -12,8 +12,8 @@ bulk action see exactly the same jobs, at any table size:
   ``job_search`` with its ``pg_trgm`` index;
 - activity: per time bucket (and queue or kind), counts by outcome and nearest-rank percentiles
   (the value at rank ``ceil(p·n)``: a p95 is always one of the jobs' durations, never above the
-  slowest), on both engines the same definition (SQLite with window functions, PostgreSQL
-  ``percentile_disc``).
+  slowest), on both engines the same definition and statement (PostgreSQL's ``percentile_disc``,
+  SQLite's ``activity_durations`` of :mod:`jobs.sqlite_aggregates`).
 
 The change feed's position is the commit order of ``job_events``: SQLite's ``rowid`` (one writer at a
 time allocates it inside its transaction), PostgreSQL's ``(change_xid, change_id)`` read only below
@@ -268,36 +268,28 @@ def job_activity(
         f"WHERE completed_at IS NOT NULL AND completed_at >= :since AND completed_at < :until{owner}"
     )
     counts = (
-        "SELECT b, g, sum(CASE WHEN status = 'succeeded' THEN 1 ELSE 0 END) AS ok, "
+        "sum(CASE WHEN status = 'succeeded' THEN 1 ELSE 0 END) AS ok, "
         "sum(CASE WHEN status = 'failed' THEN 1 ELSE 0 END) AS failed, "
         "sum(CASE WHEN status = 'cancelled' THEN 1 ELSE 0 END) AS cancelled, "
-        "sum(CASE WHEN status = 'interrupted' THEN 1 ELSE 0 END) AS interrupted FROM f GROUP BY b, g"
+        "sum(CASE WHEN status = 'interrupted' THEN 1 ELSE 0 END) AS interrupted, max(run) AS runmax"
     )
+    # One pass over the finished jobs grouped by bucket and group; the percentiles skip the jobs that never
+    # ran (cancelled while queued): counted, not timed.
     if conn.dialect.name == "postgresql":
-        durations = (
-            "SELECT b, g, percentile_disc(0.5) WITHIN GROUP (ORDER BY wait) AS wait50, "
+        sql = (
+            f"WITH f AS ({finished}) SELECT b, g, ok, failed, cancelled, interrupted, wait50, run50, run95, runmax "
+            f"FROM (SELECT b, g, {counts}, percentile_disc(0.5) WITHIN GROUP (ORDER BY wait) AS wait50, "
             "percentile_disc(0.5) WITHIN GROUP (ORDER BY run) AS run50, "
-            "percentile_disc(0.95) WITHIN GROUP (ORDER BY run) AS run95, max(run) AS runmax "
-            "FROM f WHERE run IS NOT NULL GROUP BY b, g"
+            "percentile_disc(0.95) WITHIN GROUP (ORDER BY run) AS run95 FROM f GROUP BY b, g) AS a ORDER BY b, g"
         )
-        ranked = ""
     else:
-        # Nearest rank: the value at rank ceil(p·n), in integers (ceil(n/2) = (n+1)/2, ceil(0.95n) = (95n+99)/100).
-        ranked = (
-            ", r AS (SELECT b, g, wait, run, row_number() OVER (PARTITION BY b, g ORDER BY wait) AS wr, "
-            "row_number() OVER (PARTITION BY b, g ORDER BY run) AS rr, count(*) OVER (PARTITION BY b, g) AS n "
-            "FROM f WHERE run IS NOT NULL)"
+        sql = (
+            f"WITH f AS ({finished}) SELECT b, g, ok, failed, cancelled, interrupted, "
+            "json_extract(d, '$[0]') AS wait50, json_extract(d, '$[1]') AS run50, "
+            "json_extract(d, '$[2]') AS run95, runmax "
+            # activity_durations: jobs.sqlite_aggregates (nearest rank, as percentile_disc)
+            f"FROM (SELECT b, g, {counts}, activity_durations(wait, run) AS d FROM f GROUP BY b, g) ORDER BY b, g"
         )
-        durations = (
-            "SELECT b, g, max(CASE WHEN wr = (n + 1) / 2 THEN wait END) AS wait50, "
-            "max(CASE WHEN rr = (n + 1) / 2 THEN run END) AS run50, "
-            "max(CASE WHEN rr = (95 * n + 99) / 100 THEN run END) AS run95, max(run) AS runmax FROM r GROUP BY b, g"
-        )
-    sql = (
-        f"WITH f AS ({finished}){ranked}, c AS ({counts}), d AS ({durations}) "
-        "SELECT c.b, c.g, c.ok, c.failed, c.cancelled, c.interrupted, d.wait50, d.run50, d.run95, d.runmax "
-        "FROM c LEFT JOIN d ON d.b = c.b AND (d.g = c.g OR (d.g IS NULL AND c.g IS NULL)) ORDER BY c.b, c.g"
-    )
     rows = conn.execute(text(sql), {"since": since, "until": until, "bucket": bucket_ms, "owner": owner_id}).fetchall()
     return [
         ActivityRow(
