@@ -60,11 +60,22 @@ ADMIN, USER = "bench-admin", "bench-user"
 GOAL_LIST_MS, GOAL_COUNT_MS = 50.0, 250.0
 #: A cached data set older than this is regenerated: the activity chart looks back from now.
 MAX_AGE_H = 20.0
+#: Owner ids of the data set (:mod:`bench.queries_data`) that the admin's lists filter by: one big, two middling,
+#: one small (a few hundred jobs).
+FILTERED_OWNERS = ("3", "17", "60", "250")
 
 
 # -- the cached databases ----------------------------------------------------------------------------
+def _owner_user(owner_id: str) -> str:
+    """The user name of one of :data:`FILTERED_OWNERS` (the API's ``owner`` filter takes user names)."""
+    return f"bench-owner-{owner_id}"
+
+
 def _users(url: str) -> None:
-    """The admin and the user, unless the cached database has them."""
+    """The admin and the user, and users for :data:`FILTERED_OWNERS` (disabled, with no password: only names
+    for their owner ids), unless the cached database has them."""
+    from sqlalchemy import text  # noqa: PLC0415
+
     import accounts  # noqa: PLC0415
     from jobs.db import make_engine  # noqa: PLC0415
 
@@ -73,6 +84,23 @@ def _users(url: str) -> None:
         for name, role in ((ADMIN, "admin"), (USER, "user")):
             if accounts.get_user_by_name(engine, name) is None:
                 accounts.create_user(engine, name, secrets.token_urlsafe(18), role=role)
+        with engine.begin() as conn:
+            for owner_id in FILTERED_OWNERS:
+                conn.execute(
+                    text(
+                        "INSERT INTO users (id, username, password_hash, role, disabled, created_at) "
+                        "SELECT :id, :name, '!', 'user', :disabled, :now "
+                        "WHERE NOT EXISTS (SELECT 1 FROM users WHERE id = :id)"
+                    ),
+                    {
+                        "id": int(owner_id),
+                        "name": _owner_user(owner_id),
+                        "disabled": True,
+                        "now": int(time.time() * 1000),
+                    },
+                )
+            if conn.dialect.name == "postgresql":  # explicit ids: the sequence must not hand them out again
+                conn.execute(text("SELECT setval(pg_get_serial_sequence('users', 'id'), (SELECT max(id) FROM users))"))
     finally:
         engine.dispose()
 
@@ -219,7 +247,7 @@ def queries(url: str, ds: data.DataSet, user_id: str) -> list[Query]:
     deep_all = [_cursor_at(url, "1 = 1", int(ds.jobs * f)) for f in (0.01, 0.1, 0.5, 0.9)]
     deep_failed = [_cursor_at(url, "status = 'failed'", int(ds.jobs * f)) for f in (0.001, 0.02, 0.06)]
     week = [(t0 - (k + 2) * 7 * day, t0 - (k + 1) * 7 * day) for k in range(4)]
-    owners = ["3", "17", "60", "250"]
+    owners = [_owner_user(o) for o in FILTERED_OWNERS]
     return [
         Query("list: all jobs (admin)", "list", "admin", get({"limit": 50})),
         Query("list: status=failed", "list", "admin", get({"status": "failed"})),
@@ -254,7 +282,7 @@ def queries(url: str, ds: data.DataSet, user_id: str) -> list[Query]:
             "list: interrupted notify_email of owner 2",
             "list",
             "admin",
-            get({"status": "interrupted", "kind": "notify_email", "owner": user_id}),
+            get({"status": "interrupted", "kind": "notify_email", "owner": USER}),
         ),
         Query(
             "list: user's failed transcribe in one week",
@@ -399,15 +427,18 @@ def gunicorn(url: str, workdir: Path) -> Iterator[str]:
 RETRYABLE = ("cancelled", "failed", "interrupted")
 
 
-def _filter(args: dict[str, Any]) -> Any:
+def _filter(args: dict[str, Any], user_id: str) -> Any:
+    """The job layer's filter of the API's *args* (whose ``owner`` is a user name; *user_id*: the user's id)."""
     from jobs.queries import JobFilter  # noqa: PLC0415
+
+    owner_ids = {USER: user_id, **{_owner_user(o): o for o in FILTERED_OWNERS}}
 
     status = args.get("status") or ()
     return JobFilter(
         statuses=(status,) if isinstance(status, str) else tuple(status),
         kind=args.get("kind"),
         queue=args.get("queue"),
-        owner_id=args.get("owner"),
+        owner_id=owner_ids[args["owner"]] if "owner" in args else None,
         created_after=datetime.fromisoformat(args["created_after"]) if "created_after" in args else None,
         created_before=datetime.fromisoformat(args["created_before"]) if "created_before" in args else None,
         search=args.get("q"),
@@ -425,12 +456,12 @@ def _replay(engine: Any, q: Query, user_id: str) -> None:
         since = datetime.now(UTC) - timedelta(minutes=args["minutes"])
         jq.activity(engine, since=since, bucket_s=60, owner_id=None, is_admin=True)
     elif method == "POST":  # a bulk retry's dry run: its candidates, then the exact count
-        f = _filter(args["filter"])
+        f = _filter(args["filter"], user_id)
         statuses = tuple(s for s in RETRYABLE if not f.statuses or s in f.statuses)
         jq.page_jobs(engine, replace(f, statuses=statuses), limit=500, **scope)
         jq.count_jobs(engine, f, **scope)
     else:
-        jq.page_jobs(engine, _filter(args), cursor=args.get("cursor"), limit=args.get("limit", 50), **scope)
+        jq.page_jobs(engine, _filter(args, user_id), cursor=args.get("cursor"), limit=args.get("limit", 50), **scope)
 
 
 def explain_all(url: str, qs: list[Query], user_id: str) -> dict[str, list[str]]:

@@ -92,6 +92,64 @@ def test_several_statuses_read_one_index_range_per_status(sqlite_env: JobEnv) ->
     assert arms == ["SEARCH jobs USING INDEX ix_jobs_finished_created (status=?)"] * 2, plan
 
 
+def _plan_reads(env: JobEnv, statement: str, parameters: Any) -> list[str]:
+    raw = env.engine.raw_connection()
+    try:
+        plan = [str(r[-1]) for r in raw.cursor().execute("EXPLAIN QUERY PLAN " + statement, parameters).fetchall()]
+    finally:
+        raw.close()
+    return [step for step in plan if step.startswith(("SEARCH jobs", "SCAN jobs"))]
+
+
+def test_one_owners_jobs_of_a_finished_status_are_read_from_the_shorter_range(sqlite_env: JobEnv) -> None:
+    env = sqlite_env
+    ids = _jobs(env, 60)  # owners u0, u1, u2 in turn
+    few = [env.submit("noop", owner_id="u9").id for _ in range(3)]
+    # Given 20 jobs of u1 (14 failed, 2 cancelled), 20 of u2 (4 failed), 20 of u0 and 3 of u9 (1 failed)
+    env.sql("UPDATE jobs SET status = 'failed', completed_at = created_at + 1 WHERE id = :id", id=few[1])
+    for i, job_id in enumerate(ids):
+        owner = f"u{i % 3}"
+        if owner == "u1":
+            status = "cancelled" if i % 10 == 1 else "failed" if i % 5 else "queued"
+        else:
+            status = "failed" if owner == "u2" and i % 5 == 2 else "queued"
+        if status != "queued":
+            env.sql("UPDATE jobs SET status = :s, completed_at = created_at + 1 WHERE id = :id", id=job_id, s=status)
+    statements: list[tuple[str, Any]] = []
+
+    def capture(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool) -> None:
+        if "ORDER BY created_at DESC" in statement:
+            statements.append((statement, parameters))
+
+    event.listen(env.engine, "before_cursor_execute", capture)
+    try:
+        for owner, statuses, route in (
+            # When one owner's jobs of some statuses are paged: by status where it has fewer jobs than the owner
+            ("u1", ("cancelled",), "ix_jobs_finished_created (status=?)"),  # 2 cancelled jobs, u1's 20
+            ("u2", ("failed",), "ix_jobs_finished_created (status=?)"),  # 19 failed jobs, u2's 20
+            ("u9", ("failed",), "ix_jobs_owner_created (owner_id=?)"),  # u9's 3 jobs, 19 failed
+            ("u1", ("cancelled", "failed", "queued"), None),  # one arm per status, each routed alone
+        ):
+            statements.clear()
+            where = JobFilter(statuses=statuses)
+            pages: list[list[str]] = []
+            cursor = None
+            while True:
+                page = queries.page_jobs(env.engine, where, owner_id=owner, cursor=cursor, limit=3)
+                pages.append([r.id for r in page.items])
+                if (cursor := page.next_cursor) is None:
+                    break
+            # Then the pages are exactly the plain predicate's jobs, and the count says as many
+            in_sql = ", ".join(f"'{s}'" for s in statuses)
+            expected = _newest_first(env, f"owner_id = '{owner}' AND status IN ({in_sql})")
+            assert [j for p in pages for j in p] == expected, (owner, statuses)
+            assert queries.count_jobs(env.engine, where, owner_id=owner) == len(expected)
+            if route is not None:
+                assert _plan_reads(env, *statements[0]) == [f"SEARCH jobs USING INDEX {route}"], (owner, statuses)
+    finally:
+        event.remove(env.engine, "before_cursor_execute", capture)
+
+
 def _with_errors(env: JobEnv) -> list[str]:
     ids = _jobs(env, 30)
     for i, job_id in enumerate(ids):
