@@ -441,7 +441,7 @@ def _filter(args: dict[str, Any], user_id: str) -> Any:
         owner_id=owner_ids[args["owner"]] if "owner" in args else None,
         created_after=datetime.fromisoformat(args["created_after"]) if "created_after" in args else None,
         created_before=datetime.fromisoformat(args["created_before"]) if "created_before" in args else None,
-        search=args.get("q"),
+        search=tuple(args.get("q", "").split()),  # the search box's words, as webapp.job_search parses them
     )
 
 

@@ -233,3 +233,20 @@ def test_the_activity_chart_reads_one_covering_index_range(sqlite_env: JobEnv) -
     assert reads == ["SEARCH jobs USING COVERING INDEX ix_jobs_finished_times (completed_at>? AND completed_at<?)"], (
         plan
     )
+
+
+def test_postgres_plans_every_list_and_count_for_its_own_values(postgres_env: JobEnv) -> None:
+    env = postgres_env
+    _with_errors(env)
+    # When the same page and count run 18 times (psycopg prepares a statement after its fifth run, and
+    # PostgreSQL weighs a generic plan after five custom ones)
+    for term in ("disk", "node", "time", "full", "out", "zzz") * 3:
+        queries.page_jobs(env.engine, JobFilter(search=(term,)), owner_id="", is_admin=True, limit=4)
+        queries.count_jobs(env.engine, JobFilter(search=(term,)), owner_id="", is_admin=True)
+    # Then PostgreSQL planned them for each search term, never with a generic plan blind to its matches
+    with env.engine.connect() as conn:  # the pool's one connection, which prepared them
+        plans = conn.exec_driver_sql(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE strpos(statement, 'job_search') > 0"
+        ).fetchall()
+    assert plans and sum(custom for _, custom in plans) >= 8, plans
+    assert all(generic == 0 for generic, _ in plans), plans
