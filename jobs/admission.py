@@ -132,16 +132,18 @@ def admit(
     rules: Policy | None = None,
     fair: bool = True,
     waiting: tuple[str, str] | None = None,
+    ahead: bool = False,
 ) -> bool:
     """Give queued *job*, which has no message (requeued, recovered, a workflow step whose dependencies
     succeeded, a waiting job whose turn may have come), its message now, or make it wait. True when its
-    message was written. *waiting*: what the job waits on now (None: it does not wait)."""
+    message was written. *waiting*: what the job waits on now (None: it does not wait). *ahead*: see
+    :func:`publish`."""
     rules = rules or policy(tx.conn)
     decided = verdict(tx, job, now=now, delay_ms=delay_ms, rules=rules, fair=fair, counted=waiting is None)
     if decided.held is None:
         if waiting is not None and not store.unhold(tx.conn, job.id, now):
             return False  # no longer waiting: cancelled, or admitted by another transaction
-        publish(tx, job, decided.delay_ms, now, broker)
+        publish(tx, job, decided.delay_ms, now, broker, ahead=ahead)
         return True
     if (decided.held, decided.on) != waiting:
         assert decided.on is not None
@@ -386,7 +388,16 @@ def _refill(tx: Tx, queue: str, now: int, rules: Policy, *, least: int = 1) -> N
             if job.id in unheld:
                 publish(tx, job, max(0, job.run_after - now), now, ahead=ahead)
         else:
-            admit(tx, job, now=now, delay_ms=job.run_after - now, rules=rules, fair=False, waiting=(QUEUE, queue))
+            admit(
+                tx,
+                job,
+                now=now,
+                delay_ms=job.run_after - now,
+                rules=rules,
+                fair=False,
+                waiting=(QUEUE, queue),
+                ahead=ahead,
+            )
 
 
 def _release_key(tx: Tx, key: str, now: int, rules: Policy) -> None:

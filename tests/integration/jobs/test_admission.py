@@ -180,8 +180,11 @@ def _drain_in_order(env: JobEnv, messages: Messages, limit: int) -> list[str]:
     return owners
 
 
-def test_fair_share_starts_a_newcomers_jobs_in_rotation_with_a_flood(env: JobEnv) -> None:
-    env.declare("plain", lambda ctx: None)
+@pytest.mark.parametrize("limited", [False, True], ids=["plain", "with-a-concurrency-key"])
+def test_fair_share_starts_a_newcomers_jobs_in_rotation_with_a_flood(env: JobEnv, limited: bool) -> None:
+    # A key whose limit is never reached still takes the keyed path through admission
+    limit = {"concurrency": ConcurrencyLimit("plain.owner", limit=1000)} if limited else {}
+    env.declare("plain", lambda ctx: None, **limit)
     _save(env, {"fair_share.window": 4})
     for _ in range(40):
         env.submit("plain", owner_id="flood")
