@@ -229,7 +229,7 @@ def _cursor_at(url: str, where: str, depth: int) -> str:
     return f"{row[0]}.{row[1]}"
 
 
-def queries(url: str, ds: data.DataSet, user_id: str) -> list[Query]:
+def queries(url: str, ds: data.DataSet) -> list[Query]:
     """Every read the API offers that issue #14 names, with a few variants each."""
     t0 = ds.t0_ms
     day = data.DAY_MS
@@ -512,7 +512,7 @@ def run_backend(backend: str, args: argparse.Namespace, workdir: Path) -> dict[s
     if args.prepare:
         return {"dataset": ds.__dict__, "results": []}
     secrets_ = tokens(url)
-    qs = [q for q in queries(url, ds, secrets_[USER + ":id"]) if not args.only or args.only in q.name]
+    qs = [q for q in queries(url, ds) if not args.only or args.only in q.name]
     out: dict[str, Any] = {"dataset": ds.__dict__, "load_before": loadavg(), "results": []}
     with gunicorn(url, workdir / backend) as base_url:
         clients = {

@@ -4,8 +4,8 @@
 NULL), as the JSON array ``[wait p50, run p50, run p95]`` (``null`` for a group where none ran). Each is the
 nearest rank, the value at rank ``ceil(p·n)`` in ascending order: PostgreSQL's ``percentile_disc(p) WITHIN
 GROUP (ORDER BY …)``, so a p95 is always one of the durations, never above the longest. One call per row
-for all three: the cost here is Python's per-row call, and in plain SQL, numbering every row by window
-functions, the chart took 2.3 times as long (``docs/benchmarks.md``, "Read side at 1M jobs").
+for all three: the cost here is Python's per-row call. In plain SQL, numbering every row with window
+functions, a day's chart took three times as long (``docs/benchmarks.md``, "Read side at 1M jobs").
 """
 
 from __future__ import annotations
