@@ -9,7 +9,7 @@ from .expedite import expedite_delayed
 from .factory import make_broker
 from .rate_limits import SQLiteRateLimiterBackend
 from .results import SQLiteResultBackend
-from .sqlite import DEFAULT_LEASE_TTL_MS, DEFAULT_URL, SQLiteBroker
+from .sqlite import DEFAULT_LEASE_TTL_MS, DEFAULT_URL, SQLiteBroker, same_file
 from .store import SCHEMA_VERSION, DeadMatch, schema_sql
 
 __all__ = [
@@ -24,5 +24,6 @@ __all__ = [
     "UnsupportedDatabase",
     "expedite_delayed",
     "make_broker",
+    "same_file",
     "schema_sql",
 ]

@@ -775,7 +775,7 @@ class SQLiteBroker(Broker):
     def _check_same_database(self, conn: sqlite3.Connection) -> None:
         for _, name, path in conn.execute("PRAGMA database_list").fetchall():
             if name == "main":
-                if _real_path(path) != _real_path(self.target.path):
+                if not same_file(path, self.target.path):
                     raise UnsupportedDatabase(
                         f"transactional enqueue needs a connection to {self.target.path}, got one to {path!r}"
                     )
@@ -783,10 +783,11 @@ class SQLiteBroker(Broker):
 
 
 @functools.lru_cache(maxsize=64)
-def _real_path(path: str) -> str:
-    # Every transactional enqueue checks its connection's file: realpath's syscalls each time cost 4 % of a
-    # draining worker's writer thread (py-spy), and a configured path resolves the same way all along.
-    return os.path.realpath(path)
+def same_file(a: str, b: str) -> bool:
+    """Whether paths *a* and *b* name the same file (after symlinks)."""
+    # Asked at every transactional enqueue: realpath's syscalls each time cost 4 % of a draining worker's writer
+    # thread (py-spy), and a configured path resolves the same way all along.
+    return os.path.realpath(a) == os.path.realpath(b)
 
 
 def _pid_alive(pid: int) -> bool:

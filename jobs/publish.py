@@ -9,8 +9,6 @@ when the row is written, so a re-publish is a duplicate delivery the guarded cla
 
 from __future__ import annotations
 
-import functools
-import os
 import sqlite3
 import uuid
 from typing import Any
@@ -19,7 +17,7 @@ from dramatiq.broker import Broker
 from dramatiq.message import Message
 from sqlalchemy import Connection
 
-from broker import SQLiteBroker
+from broker import SQLiteBroker, same_file
 
 from . import store, tracing
 from .registry import ACTOR_TIME_LIMIT_MS
@@ -81,13 +79,7 @@ def same_sqlite_file(conn: Connection | sqlite3.Connection, broker: Broker) -> b
         database = conn.engine.url.database
     if not database:
         return False
-    return _same_file(database, broker.target.path)
-
-
-@functools.lru_cache(maxsize=64)
-def _same_file(a: str, b: str) -> bool:
-    # realpath costs a few syscalls; the answer never changes for a pair of configured paths
-    return os.path.realpath(a) == os.path.realpath(b)
+    return same_file(database, broker.target.path)
 
 
 def publish_in_transaction(

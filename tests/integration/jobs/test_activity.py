@@ -12,21 +12,25 @@ from jobs.queries import activity
 from .support import JobEnv
 
 
+def _ran(env: JobEnv, kind: str, *, end_ms: int, run_ms: int, wait_ms: int) -> None:
+    """A job of *kind* that succeeded, having waited *wait_ms*, then run *run_ms* until *end_ms*."""
+    job = env.submit(kind, payload={})
+    ctx = env.claim(job.id)
+    assert ctx is not None
+    env.mw.runner(ctx)
+    env.sql(
+        "UPDATE jobs SET created_at = :c, started_at = :s, completed_at = :e WHERE id = :id",
+        id=job.id,
+        c=end_ms - run_ms - wait_ms,
+        s=end_ms - run_ms,
+        e=end_ms,
+    )
+
+
 def _finished(env: JobEnv, kind: str, run_s: list[int], end: datetime) -> None:
     """Jobs of *kind* that succeeded, each having run the given seconds and finished at *end*."""
-    end_ms = round(end.timestamp() * 1000)
     for seconds in run_s:
-        job = env.submit(kind, payload={})
-        ctx = env.claim(job.id)
-        assert ctx is not None
-        env.mw.runner(ctx)
-        env.sql(
-            "UPDATE jobs SET created_at = :c, started_at = :s, completed_at = :e WHERE id = :id",
-            id=job.id,
-            c=end_ms - seconds * 1000 - 500,
-            s=end_ms - seconds * 1000,
-            e=end_ms,
-        )
+        _ran(env, kind, end_ms=round(end.timestamp() * 1000), run_ms=seconds * 1000, wait_ms=500)
 
 
 def test_percentiles_are_nearest_rank_and_never_above_the_slowest(env: JobEnv) -> None:
@@ -74,18 +78,7 @@ def test_every_bucket_and_group_has_the_nearest_rank_percentiles_of_its_own_jobs
     for _ in range(90):
         kind, bucket = rng.choice("ab"), rng.randrange(3)
         wait_ms, run_ms = rng.randrange(0, 400, 20), rng.randrange(100, 9000, 100)
-        end_ms = base_ms + bucket * 60_000 + rng.randrange(60_000)
-        job = env.submit(kind, payload={})
-        ctx = env.claim(job.id)
-        assert ctx is not None
-        env.mw.runner(ctx)
-        env.sql(
-            "UPDATE jobs SET created_at = :c, started_at = :s, completed_at = :e WHERE id = :id",
-            id=job.id,
-            c=end_ms - run_ms - wait_ms,
-            s=end_ms - run_ms,
-            e=end_ms,
-        )
+        _ran(env, kind, end_ms=base_ms + bucket * 60_000 + rng.randrange(60_000), run_ms=run_ms, wait_ms=wait_ms)
         waits, runs = expected.setdefault((bucket, kind), ([], []))
         waits.append(wait_ms)
         runs.append(run_ms)

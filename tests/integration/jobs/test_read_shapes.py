@@ -43,6 +43,16 @@ def _newest_first(env: JobEnv, where_sql: str) -> list[str]:
     return [r[0] for r in rows]
 
 
+def _plan_reads(env: JobEnv, statement: str, parameters: Any) -> list[str]:
+    """The steps of SQLite's plan for *statement* that read the jobs table."""
+    raw = env.engine.raw_connection()
+    try:
+        plan = [str(r[-1]) for r in raw.cursor().execute("EXPLAIN QUERY PLAN " + statement, parameters).fetchall()]
+    finally:
+        raw.close()
+    return [step for step in plan if step.split(" ")[:2] in (["SEARCH", "jobs"], ["SCAN", "jobs"])]
+
+
 def test_several_statuses_page_through_exactly_the_matching_jobs(env: JobEnv) -> None:
     ids = _jobs(env, 40)
     for i, job_id in enumerate(ids):
@@ -83,22 +93,8 @@ def test_several_statuses_read_one_index_range_per_status(sqlite_env: JobEnv) ->
     finally:
         event.remove(env.engine, "before_cursor_execute", capture)
     ((statement, parameters),) = seen
-    raw = env.engine.raw_connection()
-    try:
-        plan = [str(r[-1]) for r in raw.cursor().execute("EXPLAIN QUERY PLAN " + statement, parameters).fetchall()]
-    finally:
-        raw.close()
-    arms = [step for step in plan if step.startswith(("SEARCH jobs", "SCAN jobs"))]
-    assert arms == ["SEARCH jobs USING INDEX ix_jobs_finished_created (status=?)"] * 2, plan
-
-
-def _plan_reads(env: JobEnv, statement: str, parameters: Any) -> list[str]:
-    raw = env.engine.raw_connection()
-    try:
-        plan = [str(r[-1]) for r in raw.cursor().execute("EXPLAIN QUERY PLAN " + statement, parameters).fetchall()]
-    finally:
-        raw.close()
-    return [step for step in plan if step.startswith(("SEARCH jobs", "SCAN jobs"))]
+    arms = _plan_reads(env, statement, parameters)
+    assert arms == ["SEARCH jobs USING INDEX ix_jobs_finished_created (status=?)"] * 2, arms
 
 
 def test_one_owners_jobs_of_a_finished_status_are_read_from_the_shorter_range(sqlite_env: JobEnv) -> None:
@@ -224,14 +220,9 @@ def test_the_activity_chart_reads_one_covering_index_range(sqlite_env: JobEnv) -
         event.remove(env.engine, "before_cursor_execute", capture)
     assert sum(b.failed for b in buckets) == 4
     ((statement, parameters),) = seen
-    raw = env.engine.raw_connection()
-    try:
-        plan = [str(r[-1]) for r in raw.cursor().execute("EXPLAIN QUERY PLAN " + statement, parameters).fetchall()]
-    finally:
-        raw.close()
-    reads = [step for step in plan if " jobs " in f"{step} "]
+    reads = _plan_reads(env, statement, parameters)
     assert reads == ["SEARCH jobs USING COVERING INDEX ix_jobs_finished_times (completed_at>? AND completed_at<?)"], (
-        plan
+        reads
     )
 
 
