@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -41,7 +42,7 @@ def rabbitmq_management_url() -> str:
     return RABBITMQ_MANAGEMENT_URL
 
 
-# -- running in parallel (pytest-xdist: ``make test`` runs ``-n 2 --dist loadgroup -m "not exclusive"``) --------
+# -- running in parallel (pytest-xdist: ``make test`` runs ``-n 3 --dist loadgroup -m "not exclusive"``) --------
 #: Tests that share names on a service: the RabbitMQ-backed acceptance runs declare the apps' fixed
 #: queue names (RabbitMQ has no namespaces) and the fleet Procfile run uses Dramatiq's default Redis
 #: namespace, so two of them at once would consume each other's messages. Everything else isolates
@@ -60,3 +61,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group("e2e"))
         elif item.nodeid.startswith("tests/acceptance/") and any(m in item.nodeid for m in SHARED_SERVICE_MARKERS):
             item.add_marker(pytest.mark.xdist_group("shared-services"))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
+    """Refuse to run when ``--dist loadgroup`` would silently ignore the groups above: pytest-xdist marks a
+    test's group in its node id, which pytest 9.2 no longer lets a plugin change (pytest-xdist#1386). Then the
+    RabbitMQ runs consume each other's queues and every e2e test module starts its deployment again."""
+    ungrouped = [i for i in ids if i.startswith(E2E_DIR) and "@" not in i]
+    if ungrouped and node.config.getoption("dist") == "loadgroup":
+        pytest.exit(
+            f"--dist loadgroup ignores the xdist_group of {ungrouped[0]}: this pytest and pytest-xdist do not "
+            "work together (pytest-xdist#1386; pyproject.toml pins pytest below 9.2)",
+            returncode=pytest.ExitCode.USAGE_ERROR,
+        )
