@@ -201,6 +201,33 @@ def test_an_id_prefix_finds_its_jobs_on_both_engines(env: JobEnv) -> None:
         )
 
 
+ERRORS = ("Disk full on NODE-7", "disk read 50% done", "node_7 timeout", "timeout on NODE-7 disk")
+
+
+@pytest.mark.parametrize(
+    "words", [("disk", "node-7"), ("50%", "disk"), ("node_7",), ("node_7", "timeout"), ("TIMEOUT", "Disk"), ("id",)]
+)
+def test_several_words_find_the_jobs_holding_every_one_on_both_engines(env: JobEnv, words: tuple[str, ...]) -> None:
+    ids = _jobs(env, 24)
+    for i, job_id in enumerate(ids):
+        env.sql(
+            "UPDATE jobs SET status = 'failed', completed_at = created_at + 1, error = :e WHERE id = :id",
+            id=job_id,
+            e=ERRORS[i % 4],
+        )
+    # ("id" stands for a word that is an id prefix too: the prefix of the sixth job's id, with "disk")
+    words = (ids[5][:6], "disk") if words == ("id",) else words
+
+    def holds(i: int, word: str) -> bool:
+        return ids[i].startswith(word.lower()) or word.lower() in ERRORS[i % 4].lower()
+
+    expected = {ids[i] for i in range(len(ids)) if all(holds(i, w) for w in words)}
+    assert expected  # every case finds some jobs, and (below) not all of them
+    pages = _pages(env, JobFilter(search=words), limit=3)
+    assert [j for p in pages for j in p] == [j for j in _newest_first(env, "1 = 1") if j in expected]
+    assert queries.count_jobs(env.engine, JobFilter(search=words), owner_id="", is_admin=True) == len(expected) < 24
+
+
 def test_the_activity_chart_reads_one_covering_index_range(sqlite_env: JobEnv) -> None:
     env = sqlite_env
     for job_id in _jobs(env, 4):
