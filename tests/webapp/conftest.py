@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import shutil
-import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,10 +15,10 @@ from sqlalchemy import Engine
 
 import accounts
 from broker import SQLiteBroker
-from jobs import schema
 from jobs.db import make_engine
 from jobs.registry import Registry
 from settings.environment import Settings
+from tests.integration.jobs.support import sqlite_template
 
 from .jobdriver import JobDriver, declare_kinds
 
@@ -47,14 +46,9 @@ class Person:
 
 
 @pytest.fixture(scope="session")
-def migrated_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A database migrated to the head revision once per test session (flaskr's conftest, one step on)."""
-    path = tmp_path_factory.mktemp("template") / "tenure.db"
-    schema.upgrade(f"sqlite:///{path}")
-    with sqlite3.connect(path) as raw:  # everything in the main file, so a plain copy is the whole database
-        raw.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    raw.close()
-    return path
+def migrated_template() -> Path:
+    """A database migrated to the head revision once per test process (flaskr's conftest, one step on)."""
+    return sqlite_template()
 
 
 @pytest.fixture()

@@ -6,10 +6,15 @@
 
 from __future__ import annotations
 
+import atexit
+import functools
 import os
+import shutil
+import sqlite3
+import tempfile
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,15 +38,50 @@ PG_ADMIN_URL = os.environ.get("TENURE_TEST_POSTGRES_URL", "postgresql+psycopg://
 REDIS_URL = os.environ.get("TENURE_TEST_REDIS_URL", "redis://127.0.0.1:6379/14")
 
 
-@contextmanager
-def postgres_database() -> Iterator[str]:
-    """A fresh PostgreSQL database for one test, dropped afterwards; yields its URL."""
-    name = f"tenure_test_{uuid.uuid4().hex[:12]}"
+def _database_url(name: str) -> str:
+    return PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+
+
+@functools.cache
+def _postgres_template() -> str:
+    """A PostgreSQL database at the head revision, made once per test process and dropped when it exits."""
+    name = f"tenure_test_template_{uuid.uuid4().hex[:12]}"
     admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
+    schema.upgrade(_database_url(name))  # (disposes its engine: a template must have no session open)
+
+    def drop() -> None:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+    atexit.register(drop)
+    return name
+
+
+@functools.cache
+def sqlite_template() -> Path:
+    """A SQLite file at the head revision, made once per test process and deleted when it exits."""
+    path = Path(tempfile.mkdtemp(prefix="tenure-template-")) / "tenure.db"
+    schema.upgrade(f"sqlite:///{path}")
+    with closing(sqlite3.connect(path)) as raw:
+        raw.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # everything in the one file a copy takes
+    atexit.register(shutil.rmtree, path.parent, ignore_errors=True)
+    return path
+
+
+@contextmanager
+def postgres_database(*, migrated: bool = False) -> Iterator[str]:
+    """A fresh PostgreSQL database for one test, dropped afterwards; yields its URL. *migrated*: at the head
+    revision already, a copy of :func:`_postgres_template` (~60 ms, where migrating takes ~300 ms)."""
+    name = f"tenure_test_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    template = f' TEMPLATE "{_postgres_template()}"' if migrated else ""
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"{template}'))
     try:
-        yield PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+        yield _database_url(name)
     finally:
         with admin.connect() as conn:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
@@ -112,8 +152,7 @@ def observed() -> Iterator[list[dict[str, Any]]]:
 
 @contextmanager
 def job_env(backend: str, tmp_path: Path, **settings_overrides: Any) -> Iterator[JobEnv]:
-    with _database(backend, tmp_path) as (url, broker_url):
-        schema.upgrade(url)
+    with _migrated_database(backend, tmp_path) as (url, broker_url):
         settings = Settings(
             database_url=url,
             broker_url=broker_url,
@@ -150,10 +189,13 @@ def _has_global_broker() -> bool:
 
 
 @contextmanager
-def _database(backend: str, tmp_path: Path) -> Iterator[tuple[str, str]]:
+def _migrated_database(backend: str, tmp_path: Path) -> Iterator[tuple[str, str]]:
+    """A fresh database at the head revision (a copy of this process's migrated template), and its broker URL."""
     if backend == "sqlite":
-        url = f"sqlite:///{tmp_path / 'tenure.db'}"
+        path = tmp_path / "tenure.db"
+        shutil.copyfile(sqlite_template(), path)
+        url = f"sqlite:///{path}"
         yield url, url
     else:
-        with postgres_database() as url:
+        with postgres_database(migrated=True) as url:
             yield url, REDIS_URL
