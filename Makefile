@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 # Test processes (pytest-xdist): most tests wait on real workers and servers, so three keep 2 cores busy (the
-# parallel phase, measured: 660 s with two, 561 s with three, ~12 % of the CPU still idle).
+# parallel phase, measured: 660 s with two, 561–633 s with three, ~12 % of the CPU still idle).
 # Tests marked `exclusive` (wall-clock bounds) run alone first, on a quiet machine: run right after the parallel
 # phase, upstream's "six 100 ms tasks within 0.5 s" once took 0.54 s (suspected: the disk still catching up with
 # the thousands of files that phase wrote and deleted).
