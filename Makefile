@@ -4,12 +4,13 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
-# Test processes (pytest-xdist): most tests wait on real workers and servers, so three keep 2 cores busy (the
-# parallel phase, measured: 660 s with two, 561–633 s with three, ~12 % of the CPU still idle).
+# Test processes (pytest-xdist): most tests wait on real workers and servers, so two share 2 cores well. Three
+# cut the parallel phase from 660 s to 561–633 s, but under that load a web process once took over 5 s to stop
+# after its worker exited (test_procfile's clean-SIGTERM test failed), so two until that is understood.
 # Tests marked `exclusive` (wall-clock bounds) run alone first, on a quiet machine: run right after the parallel
 # phase, upstream's "six 100 ms tasks within 0.5 s" once took 0.54 s (suspected: the disk still catching up with
 # the thousands of files that phase wrote and deleted).
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 2
 
 .PHONY: run test install services system-deps test-deps lint clean
 

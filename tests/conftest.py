@@ -42,7 +42,7 @@ def rabbitmq_management_url() -> str:
     return RABBITMQ_MANAGEMENT_URL
 
 
-# -- running in parallel (pytest-xdist: ``make test`` runs ``-n 3 --dist loadgroup -m "not exclusive"``) --------
+# -- running in parallel (pytest-xdist: ``make test`` runs ``-n 2 --dist loadgroup -m "not exclusive"``) --------
 #: Tests that share names on a service: the RabbitMQ-backed acceptance runs declare the apps' fixed
 #: queue names (RabbitMQ has no namespaces) and the fleet Procfile run uses Dramatiq's default Redis
 #: namespace, so two of them at once would consume each other's messages. Everything else isolates
