@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +17,7 @@ from broker import SQLiteBroker
 from jobs.db import make_engine
 from jobs.registry import Registry
 from settings.environment import Settings
-from tests.integration.jobs.support import sqlite_template
+from tests.integration.jobs.support import copy_of_template
 
 from .jobdriver import JobDriver, declare_kinds
 
@@ -45,18 +44,10 @@ class Person:
         return {"Authorization": f"Basic {raw}"}
 
 
-@pytest.fixture(scope="session")
-def migrated_template() -> Path:
-    """A database migrated to the head revision once per test process (flaskr's conftest, one step on)."""
-    return sqlite_template()
-
-
 @pytest.fixture()
-def database_path(tmp_path: Path, migrated_template: Path) -> Path:
-    """This test's own copy of the migrated database."""
-    path = tmp_path / "tenure.db"
-    shutil.copyfile(migrated_template, path)
-    return path
+def database_path(tmp_path: Path) -> Path:
+    """This test's own copy of the migrated database (flaskr's conftest, one step on)."""
+    return copy_of_template(tmp_path / "tenure.db")
 
 
 @pytest.fixture()

@@ -16,11 +16,9 @@ from jobs.db import make_engine
 
 
 @pytest.fixture()
-def engine(tmp_path: Path, migrated_template: Path) -> Engine:
+def engine(database_path: Path) -> Engine:
     """A migrated database: the built-in roles are rows its revisions wrote."""
-    path = tmp_path / "accounts.db"
-    path.write_bytes(migrated_template.read_bytes())
-    eng = make_engine(f"sqlite:///{path}")
+    eng = make_engine(f"sqlite:///{database_path}")
     yield eng
     eng.dispose()
 

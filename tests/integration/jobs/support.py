@@ -61,13 +61,19 @@ def _postgres_template() -> str:
 
 
 @functools.cache
-def sqlite_template() -> Path:
+def _sqlite_template() -> Path:
     """A SQLite file at the head revision, made once per test process and deleted when it exits."""
     path = Path(tempfile.mkdtemp(prefix="tenure-template-")) / "tenure.db"
     schema.upgrade(f"sqlite:///{path}")
     with closing(sqlite3.connect(path)) as raw:
         raw.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # everything in the one file a copy takes
     atexit.register(shutil.rmtree, path.parent, ignore_errors=True)
+    return path
+
+
+def copy_of_template(path: Path) -> Path:
+    """*path*, a new SQLite file at the head revision: a copy of this process's migrated template."""
+    shutil.copyfile(_sqlite_template(), path)
     return path
 
 
@@ -192,9 +198,7 @@ def _has_global_broker() -> bool:
 def _migrated_database(backend: str, tmp_path: Path) -> Iterator[tuple[str, str]]:
     """A fresh database at the head revision (a copy of this process's migrated template), and its broker URL."""
     if backend == "sqlite":
-        path = tmp_path / "tenure.db"
-        shutil.copyfile(sqlite_template(), path)
-        url = f"sqlite:///{path}"
+        url = f"sqlite:///{copy_of_template(tmp_path / 'tenure.db')}"
         yield url, url
     else:
         with postgres_database(migrated=True) as url:

@@ -202,10 +202,13 @@ def test_an_id_prefix_finds_its_jobs_on_both_engines(env: JobEnv) -> None:
 
 
 ERRORS = ("Disk full on NODE-7", "disk read 50% done", "node_7 timeout", "timeout on NODE-7 disk")
+#: Stands for the first six characters of the sixth job's id: a word that is an id prefix too.
+ID_PREFIX = "<id prefix>"
 
 
 @pytest.mark.parametrize(
-    "words", [("disk", "node-7"), ("50%", "disk"), ("node_7",), ("node_7", "timeout"), ("TIMEOUT", "Disk"), ("id",)]
+    "words",
+    [("disk", "node-7"), ("50%", "disk"), ("node_7",), ("node_7", "timeout"), ("TIMEOUT", "Disk"), (ID_PREFIX, "disk")],
 )
 def test_several_words_find_the_jobs_holding_every_one_on_both_engines(env: JobEnv, words: tuple[str, ...]) -> None:
     ids = _jobs(env, 24)
@@ -215,8 +218,7 @@ def test_several_words_find_the_jobs_holding_every_one_on_both_engines(env: JobE
             id=job_id,
             e=ERRORS[i % 4],
         )
-    # ("id" stands for a word that is an id prefix too: the prefix of the sixth job's id, with "disk")
-    words = (ids[5][:6], "disk") if words == ("id",) else words
+    words = tuple(ids[5][:6] if w == ID_PREFIX else w for w in words)
 
     def holds(i: int, word: str) -> bool:
         return ids[i].startswith(word.lower()) or word.lower() in ERRORS[i % 4].lower()
