@@ -26,6 +26,7 @@ from dramatiq.message import Message
 from dramatiq.middleware import Middleware, SkipMessage
 
 from .acks import AckWriter, CallBatch, Settlement
+from .checkpoints import WalCheckpointer
 from .connection import SQLiteTarget, parse_sqlite_url
 from .consumer import PrefetchSlots, SQLiteMessageProxy, _SQLiteConsumer
 from .errors import UnsupportedDatabase
@@ -142,6 +143,7 @@ class SQLiteBroker(Broker):
         self._listener: Listener | None = None
         self._keeper: LeaseKeeper | None = None
         self._acks: AckWriter | None = None
+        self._checkpointer: WalCheckpointer | None = None
         self._next_reap = 0.0
 
     def _after_fork_in_child(self) -> None:
@@ -180,7 +182,8 @@ class SQLiteBroker(Broker):
             first_registration = not self._consumed_queues
             self._consumed_queues.add(queue_name)
             if self._acks is None:
-                self._acks = AckWriter(self.store, self.owner, self._on_lost, lambda: None)
+                self._checkpointer = WalCheckpointer(self.target.path)
+                self._acks = AckWriter(self.store, self.owner, self._on_lost, self._checkpointer.committed)
             if self._listener is None:
                 try:
                     self._listener = Listener(self._namespace, self.owner, self._waiters.notify)
@@ -403,6 +406,8 @@ class SQLiteBroker(Broker):
         self._release_unstarted()
         if self._acks is not None:
             self._acks.stop()
+        if self._checkpointer is not None:
+            self._checkpointer.stop()
         if self._keeper is not None:
             self._keeper.stop()
         if self._listener is not None:

@@ -45,12 +45,19 @@ DESELECTED = {
     "test_stub_broker.py::test_stub_broker_respects_prefetch": "asserts StubBroker.queues[...].qsize()",
 }
 
-#: Upstream tests whose wall-clock bound rides on Dramatiq's own jittered result polling: StubBackend's
-#: blocking ``get_result`` looks after 100–200 ms, then after another 200–400 ms, so a first look that
-#: comes a few ms before the 100 ms tasks finish ends past the 0.5 s bound. It failed 3 times in ~8
-#: ``make test`` runs on this VM (0.54–0.56 s) and never in 30 isolated or 4 whole-suite runs by hand
-#: (0.16–0.18 s). A failure of these (and only these) is run once more, in a fresh process, and reported.
-TIMING_BOUND = frozenset({"test_composition.py::test_groups_execute_inner_groups[stub]"})
+#: Upstream tests that hold a wall-clock bound with no wait to absorb a slow moment, with the reason. A failure
+#: of these (and only these) is run once more, in a fresh process, and reported.
+TIMING_BOUND = {
+    # The bound rides on Dramatiq's own jittered result polling: StubBackend's blocking ``get_result`` looks after
+    # 100–200 ms, then after another 200–400 ms, so a first look that comes a few ms before the 100 ms tasks finish
+    # ends past the 0.5 s bound. It failed 3 times in ~8 ``make test`` runs on this VM (0.54–0.56 s) and never in
+    # 30 isolated or 4 whole-suite runs by hand (0.16–0.18 s).
+    "test_composition.py::test_groups_execute_inner_groups[stub]": "0.5 s bound on jittered result polling",
+    # Sends five messages 1 ms apart and at once expects all five in the worker's queue: the last message must be
+    # claimed and handed over within about 1 ms of its send. On this VM that hand-off takes 0.3 ms at the median and
+    # over 1 ms for about 1 message in 100 (scheduling); it failed once in CI.
+    "test_worker.py::test_workers_process_messages_in_order": "1 ms between the last send and the check",
+}
 
 
 def fetch_sdist() -> Path:
@@ -120,7 +127,7 @@ def test_dramatiq_upstream_suite_passes_on_sqlite_broker(tmp_path: Path) -> None
     print(proc.stdout[-20000:])
     passed = int(m.group(1)) if (m := re.search(r"(\d+) passed", summary)) else 0
     failed = set(re.findall(rf"^FAILED {re.escape(pkg.name)}/(\S+)", proc.stdout, re.MULTILINE))
-    if proc.returncode != 0 and failed and failed <= TIMING_BOUND:
+    if proc.returncode != 0 and failed and failed <= TIMING_BOUND.keys():
         rerun = [*pytest_cmd, *(f"{pkg.name}/{test_id}" for test_id in sorted(failed)), *options]
         again = subprocess.run(rerun, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
         print(f"timing-bound upstream test(s) failed, run again: {sorted(failed)}\n{again.stdout[-5000:]}")

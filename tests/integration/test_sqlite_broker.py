@@ -631,6 +631,44 @@ def test_the_wal_stays_bounded_through_a_50k_message_burst(sqlite_broker: SQLite
     assert _wal_size(sqlite_path) <= WAL_CHECKPOINT_BYTES
 
 
+def _rows_in_database_file(path: Path, copy: Path) -> int | None:
+    """Rows of ``broker_messages`` in the main database file alone (its WAL left out); None if the copy
+    was torn by a checkpoint writing the file meanwhile."""
+    copy.write_bytes(path.read_bytes())
+    conn = sqlite3.connect(copy)
+    try:
+        return conn.execute("SELECT count(*) FROM broker_messages").fetchone()[0]
+    except sqlite3.DatabaseError:
+        return None
+    finally:
+        conn.close()
+        for leftover in (copy, Path(f"{copy}-wal"), Path(f"{copy}-shm")):
+            leftover.unlink(missing_ok=True)
+
+
+def test_a_consumer_checkpoints_the_wal_soon_after_its_acks_commit(
+    make_broker: Callable[..., SQLiteBroker], sqlite_path: Path, tmp_path: Path
+) -> None:
+    # Given a consumer process and three messages due in an hour: a few WAL pages, far below the
+    # automatic checkpoint's 1,000, so without a checkpointer the database file would not hold them
+    b = make_broker()
+    consumer = b.consume(QUEUE, prefetch=1, timeout=100)
+    for i in range(3):
+        b.enqueue(msg(i), delay=3_600_000)
+
+    # When the consumer settles one more message (its ack writer commits)
+    b.enqueue(msg(99))
+    delivered = wait_until(lambda: next(consumer), what="the due message to be delivered")
+    consumer.ack(delivered)
+
+    # Then the database file itself holds the three delayed messages shortly after
+    wait_until(
+        lambda: _rows_in_database_file(sqlite_path, tmp_path / "file-only.db") == 3,
+        5,
+        "the WAL to be checkpointed into the database file",
+    )
+
+
 @pytest.mark.timeout(60)
 def test_a_reader_pinning_the_wal_does_not_stall_writers_and_the_wal_shrinks_after(
     make_broker: Callable[..., SQLiteBroker], sqlite_path: Path
