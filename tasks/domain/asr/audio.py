@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-
-import av
-import numpy as np
+from typing import TYPE_CHECKING
 
 from ..control import DomainError
+
+if TYPE_CHECKING:
+    import av
+    import numpy as np
 
 #: Whisper's input rate.
 SAMPLE_RATE = 16_000
@@ -42,6 +44,11 @@ def load_audio(path: Path, start_s: float = 0.0, end_s: float | None = None) -> 
     NoAudio
         The file has no audio stream.
     """
+    # PyAV and numpy take ~0.3 s to import: loaded where audio is decoded, so that the processes that
+    # compose the tasks without decoding (web, scheduler, other roles' workers) never pay for them.
+    import av
+    import numpy as np
+
     with av.open(str(path)) as container:
         if not container.streams.audio:
             raise NoAudio(f"{path.name}: no audio stream")
@@ -71,6 +78,8 @@ def load_audio(path: Path, start_s: float = 0.0, end_s: float | None = None) -> 
 
 def _frames(container, stream) -> Iterator[av.AudioFrame]:
     """Decoded frames, skipping packets that do not decode (a crashed recorder cuts the last one short)."""
+    import av
+
     for packet in container.demux(stream):
         try:
             yield from packet.decode()

@@ -25,8 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-import av
-
 from ..control import DomainError, Progress, ShouldStop, never_stop, no_progress, raise_if_stopped
 from ..recording.danmaku import DanmakuComment, UnreadableDanmaku, comments_to_xml, parse_danmaku
 from .ffmpeg import run_ffmpeg
@@ -342,6 +340,8 @@ def _danmaku_ass(comments: list[DanmakuComment], o: RenderOptions) -> str:
 
 
 def _probe_duration(path: Path) -> float:
+    import av  # ~0.15 s to import: only where media is read (see tasks.domain.asr.audio.load_audio)
+
     with av.open(str(path)) as container:
         if not container.duration:
             raise RenderError("rendered clip has no duration")

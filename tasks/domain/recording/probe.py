@@ -12,8 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-import av
-
 from ..control import DomainError
 
 #: A header claiming this much more than the packets hold marks the file truncated.
@@ -62,6 +60,8 @@ def probe_media(path: Path, *, tolerance_s: float = TRUNCATION_TOLERANCE_S) -> M
         When the file cannot be opened, has no audio/video stream, or holds no timed packet. The
         message names the file but not FFmpeg's internals.
     """
+    import av  # ~0.15 s to import: only where media is read (see tasks.domain.asr.audio.load_audio)
+
     try:
         container = av.open(str(path))
     except (av.error.FFmpegError, OSError, UnicodeDecodeError) as exc:
