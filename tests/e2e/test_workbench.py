@@ -54,7 +54,11 @@ def pipeline(deployment: Deployment) -> Iterator[dict]:  # type: ignore[type-arg
     """A one-segment recording under the deployment's import root (short, so the pipeline takes seconds)."""
     folder = Path(deployment.env["TENURE_IMPORT_ROOTS"]) / FOLDER_NAME
     make_recording(folder, segments=1, seconds=5.0, comments_per_segment=10)
-    payload = {"folder": str(folder), "highlight_s": 4.0, "width": 480, "height": 270, "danmaku": True}
+    # 1280×720, not smaller: the graph test needs the render to report progress the page can show before it
+    # finishes. At 480×270 the render took 0.65 s on a quiet machine, its one mid-render report (0.95 at 0.53 s)
+    # was followed by the completion 0.12 s later, and the page once showed none; at 1280×720 (1.2–1.3 s) a
+    # report at ~0.6 s stands for ~0.6 s.
+    payload = {"folder": str(folder), "highlight_s": 4.0, "width": 1280, "height": 720, "danmaku": True}
     yield {"folder": folder, "payload": payload}
 
 
