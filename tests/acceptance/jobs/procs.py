@@ -19,10 +19,9 @@ from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session
 
 import jobs
-from jobs import schema
 from jobs.db import make_engine
 from tests.acceptance.jobs.apps.limits import LIMITED
-from tests.integration.jobs.support import REDIS_URL, postgres_database
+from tests.integration.jobs.support import REDIS_URL, migrated_database
 
 ROOT = Path(__file__).resolve().parents[3]
 APP = "tests.acceptance.jobs.apps.jobs_app"
@@ -151,11 +150,15 @@ def wait_for(what: str, probe: Callable[[], T], timeout_s: float, deployment: De
         time.sleep(0.05)
 
 
+#: Where :func:`deployment` gets a database at the head revision and its broker URL (the fleet tests put
+#: their own broker's URL beside it).
+_database = migrated_database
+
+
 @contextmanager
 def deployment(backend: str, tmp_path: Path, **env: str) -> Iterator[Deployment]:
     """Database (migrated) + environment for worker processes; stops every process it started."""
     with _database(backend, tmp_path) as (url, broker_url):
-        schema.upgrade(url)
         process_env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "PYTHONPATH": str(ROOT),
@@ -228,16 +231,6 @@ def _flush_redis(namespace: str) -> None:
     if keys:
         client.delete(*keys)
     client.close()
-
-
-@contextmanager
-def _database(backend: str, tmp_path: Path) -> Iterator[tuple[str, str]]:
-    if backend == "sqlite":
-        url = f"sqlite:///{tmp_path / 'tenure.db'}"
-        yield url, url
-    else:
-        with postgres_database() as url:
-            yield url, REDIS_URL
 
 
 #: acc_chaos jobs submitted per transaction by :func:`submit_chaos`.

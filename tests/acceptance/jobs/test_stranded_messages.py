@@ -51,7 +51,7 @@ def server_backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPat
 
         @contextmanager
         def database(backend: str, tmp_path: Path) -> Iterator[tuple[str, str]]:
-            with postgres_database() as url:
+            with postgres_database(migrated=True) as url:
                 yield url, redis_url
 
         monkeypatch.setattr(procs, "_database", database)

@@ -85,7 +85,6 @@ def broker_url(kind: str) -> Iterator[str]:
 @pytest.fixture(params=["redis", "rabbitmq"])
 def deployment(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, Web, Processes, dict]]:
     import accounts
-    from jobs import schema
     from jobs.db import make_engine
     from tests.integration.jobs.support import postgres_database
 
@@ -93,8 +92,7 @@ def deployment(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple
     (tmp_path / "logs").mkdir()
     procs = Processes(tmp_path / "logs")
     namespace = f"tenure-depth-{uuid.uuid4().hex[:8]}"
-    with broker_url(kind) as url, postgres_database() as database_url:
-        schema.upgrade(database_url)
+    with broker_url(kind) as url, postgres_database(migrated=True) as database_url:
         engine = make_engine(database_url)
         admin, _ = accounts.create_user(engine, "admin", "admin-password-depth", role="admin")
         _, token = accounts.create_token(engine, admin.id, "depth")

@@ -86,7 +86,7 @@ def use_rabbitmq_for_job_acceptance(monkeypatch: pytest.MonkeyPatch, test_module
 
         @contextmanager
         def database(backend: str, tmp_path: Any) -> Iterator[tuple[str, str]]:
-            with postgres_database() as url:
+            with postgres_database(migrated=True) as url:
                 yield url, broker_url
 
         shim = rabbitmq_shim.redis_or_rabbitmq(dramatiq.brokers.redis.RedisBroker)

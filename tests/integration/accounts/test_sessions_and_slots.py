@@ -33,8 +33,7 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         schema.upgrade(url)
         yield url
     else:
-        with postgres_database() as url:
-            schema.upgrade(url)
+        with postgres_database(migrated=True) as url:
             yield url
 
 

@@ -158,7 +158,7 @@ def observed() -> Iterator[list[dict[str, Any]]]:
 
 @contextmanager
 def job_env(backend: str, tmp_path: Path, **settings_overrides: Any) -> Iterator[JobEnv]:
-    with _migrated_database(backend, tmp_path) as (url, broker_url):
+    with migrated_database(backend, tmp_path) as (url, broker_url):
         settings = Settings(
             database_url=url,
             broker_url=broker_url,
@@ -195,7 +195,7 @@ def _has_global_broker() -> bool:
 
 
 @contextmanager
-def _migrated_database(backend: str, tmp_path: Path) -> Iterator[tuple[str, str]]:
+def migrated_database(backend: str, tmp_path: Path) -> Iterator[tuple[str, str]]:
     """A fresh database at the head revision (a copy of this process's migrated template), and its broker URL."""
     if backend == "sqlite":
         url = f"sqlite:///{copy_of_template(tmp_path / 'tenure.db')}"

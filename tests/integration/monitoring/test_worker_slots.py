@@ -48,8 +48,7 @@ def database(request: pytest.FixtureRequest, sqlite_url: str) -> Iterator[tuple[
         finally:
             e.dispose()
         return
-    with postgres_database() as url:
-        upgrade(url)
+    with postgres_database(migrated=True) as url:
         e = make_engine(url)
         try:
             yield e, url

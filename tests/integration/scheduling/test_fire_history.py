@@ -11,7 +11,6 @@ import pytest
 
 from broker import SQLiteBroker
 from jobs.db import make_engine
-from jobs.schema import upgrade
 from tasks.scheduling import Scheduler, configure, cron, every, install
 from tasks.scheduling.store import MAX_SKIPPED_COUNTED, schedule_get
 
@@ -132,8 +131,7 @@ def test_outcomes_on_postgresql_with_a_redis_broker(tmp_path: Path, clock: Clock
     """The row lock (``FOR UPDATE``), the duplicate count and the per-schedule history query on PostgreSQL."""
     from dramatiq.brokers.redis import RedisBroker
 
-    with postgres_database() as url:
-        upgrade(url)
+    with postgres_database(migrated=True) as url:
         broker = RedisBroker(url=REDIS_URL, namespace=f"tenure-test-{uuid.uuid4().hex[:8]}", middleware=[])
         install(broker)
         engine = make_engine(url)
