@@ -123,7 +123,9 @@ class Job(Base):
             name="held_waiting",
         ),
         Index("ix_jobs_owner_created", "owner_id", "created_at"),
-        Index("ix_jobs_status_lease", "status", "lease_expires_at"),
+        # Live jobs by status (lease recovery, the queued and running lists) and counts by status and kind
+        # (bulk dry runs): kind never changes, so no transition writes more entries for it (revision 0020).
+        Index("ix_jobs_status_kind", "status", "kind", "lease_expires_at"),
         Index("ix_jobs_resource", "resource_type", "resource_id"),
         Index("ix_jobs_parent", "parent_job_id"),
         Index("ix_jobs_retry_of", "retry_of_job_id"),

@@ -77,4 +77,4 @@ def test_live_statuses_are_found_by_status_and_sorted(sqlite_env: JobEnv) -> Non
     for _ in range(5):
         env.submit("noop", owner_id="u1")
     for plan in _plans_of_list(env, owner_id="", is_admin=True, status="queued"):
-        assert "USING INDEX ix_jobs_status_lease (status=?)" in plan and "SCAN jobs" not in plan, plan
+        assert "USING INDEX ix_jobs_status_kind (status=?)" in plan and "SCAN jobs" not in plan, plan

@@ -255,6 +255,32 @@ def test_the_activity_chart_reads_one_covering_index_range(sqlite_env: JobEnv) -
     )
 
 
+def test_a_count_of_one_status_and_kind_reads_one_covering_index_range(sqlite_env: JobEnv) -> None:
+    env = sqlite_env
+    env.declare("render", lambda ctx: None)
+    ids = _jobs(env, 6) + [env.submit("render", owner_id="u1").id for _ in range(4)]
+    for job_id in ids[::2]:
+        env.sql("UPDATE jobs SET status = 'failed', completed_at = created_at + 1 WHERE id = :id", id=job_id)
+    seen: list[tuple[str, Any]] = []
+
+    def capture(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool) -> None:
+        if statement.startswith("SELECT count(*) FROM jobs WHERE"):
+            seen.append((statement, parameters))
+
+    event.listen(env.engine, "before_cursor_execute", capture)
+    try:
+        count = queries.count_jobs(
+            env.engine, JobFilter(statuses=("failed",), kind="render"), owner_id="", is_admin=True
+        )
+    finally:
+        event.remove(env.engine, "before_cursor_execute", capture)
+    assert count == len(env.sql("SELECT id FROM jobs WHERE status = 'failed' AND kind = 'render'")) == 2
+    ((statement, parameters),) = seen
+    assert _plan_reads(env, statement, parameters) == [
+        "SEARCH jobs USING COVERING INDEX ix_jobs_status_kind (status=? AND kind=?)"
+    ]
+
+
 def test_postgres_plans_every_list_and_count_for_its_own_values(postgres_env: JobEnv) -> None:
     env = postgres_env
     _with_errors(env)
