@@ -34,7 +34,6 @@ class WalCheckpointer:
         self._delay_s = delay_s
         self._dirty = threading.Event()
         self._stopped = threading.Event()
-        self.checkpoints = 0
         self._thread = threading.Thread(target=self._run, name="tenure-broker-checkpoint", daemon=True)
         self._thread.start()
 
@@ -58,13 +57,9 @@ class WalCheckpointer:
                 try:
                     if conn is None:
                         conn = sqlite3.connect(
-                            self._path,
-                            timeout=CHECKPOINT_BUSY_TIMEOUT_MS / 1000,
-                            isolation_level=None,
-                            check_same_thread=False,
+                            self._path, timeout=CHECKPOINT_BUSY_TIMEOUT_MS / 1000, isolation_level=None
                         )
                     conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-                    self.checkpoints += 1
                 except sqlite3.Error as e:
                     # Busy or unavailable: the next commit brings another try, and the automatic
                     # checkpoint covers the log meanwhile.
