@@ -9,7 +9,8 @@ bulk action see exactly the same jobs, at any table size:
 - text search: each term an id prefix, or a case-insensitive substring of kind, resource type/id, summary or
   error text. SQLite: the ``jobs_search`` FTS5 trigram index (three characters or more; shorter
   strings, and on a page a term that many jobs match, are compared row by row); PostgreSQL:
-  ``job_search`` with its ``pg_trgm`` index;
+  ``job_search`` with its ``pg_trgm`` index, after a page has looked for its rows among the newest jobs
+  row by row (:data:`SEARCH_WALK_ROWS`);
 - activity: per time bucket (and queue or kind), counts by outcome and nearest-rank percentiles
   (the value at rank ``ceil(p·n)``: a p95 is always one of the jobs' durations, never above the
   slowest), on both engines the same definition and statement (PostgreSQL's ``percentile_disc``,
@@ -42,6 +43,12 @@ TRIGRAM = 3
 #: most, and a rarer term has few enough matches to sort.
 WALK_DENSITY = 200
 WALK_MIN_MATCHES = 1000
+#: PostgreSQL: a searched page first looks at most this many of the newest jobs (after its cursor), comparing
+#: each row; only when they hold less than a page does it ask the trigram index (see :func:`job_list`).
+SEARCH_WALK_ROWS = 10_000
+#: ``job_search.body`` computed from a job's own row (revision 0009's ``jobs_search_sync``): comparing it is
+#: what the trigram index answers, row by row.
+_PG_ROW_BODY = "lower(concat_ws(E'\\n', kind, resource_type, resource_id, summary, error))"
 
 
 @dataclass(frozen=True)
@@ -117,9 +124,12 @@ def _status_terms(
     return terms
 
 
-def _where(conn: Connection, f: JobFilterSQL, *, listing: bool = False) -> tuple[list[str], dict[str, Any]]:
+def _where(
+    conn: Connection, f: JobFilterSQL, *, listing: bool = False, rowwise: bool = False
+) -> tuple[list[str], dict[str, Any]]:
     """The predicates of *f* and their parameters. *listing*: for a page (newest first, a few rows),
-    where a text search may walk the order instead of collecting every match (see :func:`_search`)."""
+    where a text search may walk the order instead of collecting every match (see :func:`_search`);
+    *rowwise*: every search term compared row by row."""
     sqlite = conn.dialect.name == "sqlite"
     by_status = _by_status(conn, f)
     where: list[str] = []
@@ -149,7 +159,7 @@ def _where(conn: Connection, f: JobFilterSQL, *, listing: bool = False) -> tuple
         where.append("created_at < :created_before")
         params["created_before"] = f.created_before
     for n, term in enumerate(f.search):
-        clause, search_params = _search(conn, term, f"t{n}_", walk=listing and _common(conn, term))
+        clause, search_params = _search(conn, term, f"t{n}_", walk=rowwise or (listing and _common(conn, term)))
         where.append(clause)
         params.update(search_params)
     return where or ["1 = 1"], params
@@ -180,7 +190,7 @@ def _common(conn: Connection, q: str) -> bool:
 def _search(conn: Connection, q: str, p: str, *, walk: bool = False) -> tuple[str, dict[str, Any]]:
     """An id prefix, or a substring of the searched fields (see the module docstring); the parameter
     names start with *p* (one term's names differ from another's). *walk*: compare each row instead of
-    asking the FTS index (SQLite; for a term :func:`_common` found common)."""
+    asking the trigram index (SQLite: for a term :func:`_common` found common; PostgreSQL: see :func:`job_list`)."""
     sqlite = conn.dialect.name == "sqlite"
     params: dict[str, Any] = {}
     terms: list[str] = []
@@ -202,13 +212,18 @@ def _search(conn: Connection, q: str, p: str, *, walk: bool = False) -> tuple[st
             terms.append(f"instr(lower({fields}), :{p}needle) > 0")
             params[f"{p}needle"] = q.lower()
     else:
-        # One set of ids from both sources: "id range OR id IN (…)" made PostgreSQL walk every job
-        # newest first testing both (1 s for a 4-digit prefix at 1M jobs; bench/queries_bench.py).
-        sources = [f"SELECT job_id FROM job_search WHERE body LIKE :{p}like"]
-        if by_id:
-            sources.append(f"SELECT id FROM jobs WHERE id >= :{p}id_lo AND id < :{p}id_hi")
-        terms.append(f"id IN ({' UNION ALL '.join(sources)})")
         params[f"{p}like"] = "%" + re.sub(r"([\\%_])", r"\\\1", q.lower()) + "%"
+        if walk:
+            terms.append(f"{_PG_ROW_BODY} LIKE :{p}like")
+            if by_id:
+                terms.append(f"(id >= :{p}id_lo AND id < :{p}id_hi)")
+        else:
+            # One set of ids from both sources: "id range OR id IN (…)" made PostgreSQL walk every job
+            # newest first testing both (1 s for a 4-digit prefix at 1M jobs; bench/queries_bench.py).
+            sources = [f"SELECT job_id FROM job_search WHERE body LIKE :{p}like"]
+            if by_id:
+                sources.append(f"SELECT id FROM jobs WHERE id >= :{p}id_lo AND id < :{p}id_hi")
+            terms.append(f"id IN ({' UNION ALL '.join(sources)})")
     return "(" + " OR ".join(terms) + ")", params
 
 
@@ -219,6 +234,10 @@ def job_list(conn: Connection, f: JobFilterSQL, *, before: tuple[int, str] | Non
     """The matching jobs newest first, after the ``(created_at, id)`` position *before*, at most *limit*."""
     _plan_for_these_values(conn)
     several = len(f.statuses) > 1
+    if f.search and not several and conn.dialect.name == "postgresql":
+        found = _search_newest(conn, f, before=before, limit=limit)
+        if len(found) == limit:
+            return found
     where, params = _where(conn, replace(f, statuses=()) if several else f, listing=True)
     if before is not None:
         # A row value, not "a < x OR (a = x AND b < y)": both engines turn it into an index range, where
@@ -242,6 +261,29 @@ def job_list(conn: Connection, f: JobFilterSQL, *, before: tuple[int, str] | Non
             terms = " AND ".join([*arm, *_status_terms(sqlite, one, [f":s{i}"], by_status=by_status)])
             arms.append(f"SELECT * FROM (SELECT {JOB_COLUMNS} FROM jobs WHERE {terms} {_NEWEST}) AS a{i}")
         sql = f"SELECT * FROM ({' UNION ALL '.join(arms)}) AS u {_NEWEST}"
+    return [r for r in map(_job, conn.execute(text(sql), params).fetchall()) if r is not None]
+
+
+def _search_newest(conn: Connection, f: JobFilterSQL, *, before: tuple[int, str] | None, limit: int) -> list[JobRow]:
+    """PostgreSQL: the page of a search among the :data:`SEARCH_WALK_ROWS` newest jobs after *before*, each
+    compared row by row. When it is full it is the page: every job outside those is older than all of them.
+
+    The trigram index is no good at finding a page of a term many jobs match: it hands over every match (11,134
+    for ``ffmpeg`` of 1M jobs), which are then looked up and sorted, and whether PostgreSQL plans that or a
+    walk of the jobs depends on its estimate of the matches (80 for those 11,134; 145 ms). Walking is bounded
+    here by the rows looked at, not the matches, so a rare term costs this walk (~11 ms) before the index."""
+    where, params = _where(conn, f, listing=True, rowwise=True)
+    # The newest jobs of one owner are an index range in order too (ix_jobs_owner_created); other filters are
+    # applied to what was walked, so the walk never reads more than its rows, however few jobs pass them.
+    newest = [_OWNER] if f.owner_id is not None else []
+    if before is not None:
+        newest.append("(created_at, id) < (:b_created, :b_id)")
+        params["b_created"], params["b_id"] = before
+    params["walk"], params["limit"] = SEARCH_WALK_ROWS, limit
+    sql = (
+        f"SELECT {JOB_COLUMNS} FROM (SELECT * FROM jobs WHERE {' AND '.join(newest) or 'true'} "
+        f"ORDER BY created_at DESC, id DESC LIMIT :walk) AS jobs WHERE {' AND '.join(where)} {_NEWEST}"
+    )
     return [r for r in map(_job, conn.execute(text(sql), params).fetchall()) if r is not None]
 
 

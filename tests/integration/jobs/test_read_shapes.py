@@ -188,6 +188,49 @@ def test_a_common_search_term_walks_the_jobs_and_finds_the_same_pages(
     assert count == matched
 
 
+@pytest.mark.parametrize("walk_rows", [10_000, 7, 1])
+def test_a_postgres_search_page_looks_among_the_newest_jobs_first_and_finds_the_same_pages(
+    postgres_env: JobEnv, monkeypatch: pytest.MonkeyPatch, walk_rows: int
+) -> None:
+    env = postgres_env
+    _with_errors(env)
+    newest_first = [r[0] for r in env.sql("SELECT id, error FROM jobs ORDER BY created_at DESC, id DESC")]
+    errors = dict(env.sql("SELECT id, error FROM jobs"))
+    owners = dict(env.sql("SELECT id, owner_id FROM jobs"))
+    monkeypatch.setattr(read_store, "SEARCH_WALK_ROWS", walk_rows)
+    statements: list[str] = []
+
+    def capture(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool) -> None:
+        if "ORDER BY created_at DESC" in statement:
+            statements.append(statement)
+
+    for term, where in (
+        ("node-7", JobFilter(search="node-7")),
+        ("timeout", JobFilter(search="TimeOut", statuses=("failed",))),
+        ("disk full", JobFilter(search=("disk", "full"))),
+        ("node-7", JobFilter(search="node-7", owner_id="u1")),  # one owner's newest jobs: their own index range
+    ):
+        statements.clear()
+        event.listen(env.engine, "before_cursor_execute", capture)
+        try:
+            pages = _pages(env, where, limit=4)
+        finally:
+            event.remove(env.engine, "before_cursor_execute", capture)
+        # Then the pages are exactly the matching jobs, newest first, whichever way each page was found
+        expected = [
+            j for j in newest_first if term in (errors[j] or "").lower() and where.owner_id in (None, owners[j])
+        ]
+        assert [j for page in pages for j in page] == expected and expected, (term, pages)
+        # and every page first looked among the newest jobs; the index answered only the pages that look missed
+        walks = [s for s in statements if "LIMIT %(walk)s" in s]
+        from_index = [s for s in statements if "job_search" in s]
+        assert len(walks) == len(pages) and len(from_index) + len(walks) == len(statements), statements
+        if walk_rows == 10_000:
+            assert len(from_index) <= 1, statements  # the last page, with less than a page left to find
+        if walk_rows == 1:
+            assert len(from_index) == len(pages), statements
+
+
 def test_an_id_prefix_finds_its_jobs_on_both_engines(env: JobEnv) -> None:
     ids = _jobs(env, 12)
     for job_id in ids[:3]:
