@@ -9,6 +9,8 @@ The timings that motivate them are in docs/benchmarks.md (``bench/queries_bench.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -41,6 +43,26 @@ def _pages(env: JobEnv, where: JobFilter, limit: int) -> list[list[str]]:
 def _newest_first(env: JobEnv, where_sql: str) -> list[str]:
     rows = env.sql(f"SELECT id FROM jobs WHERE {where_sql} ORDER BY created_at DESC, id DESC")
     return [r[0] for r in rows]
+
+
+@contextmanager
+def _statements(env: JobEnv, keep: Callable[[str], bool]) -> Iterator[list[tuple[str, Any]]]:
+    """The statements (and their parameters) *env*'s engine runs inside the block that *keep* selects."""
+    seen: list[tuple[str, Any]] = []
+
+    def capture(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool) -> None:
+        if keep(statement):
+            seen.append((statement, parameters))
+
+    event.listen(env.engine, "before_cursor_execute", capture)
+    try:
+        yield seen
+    finally:
+        event.remove(env.engine, "before_cursor_execute", capture)
+
+
+def _newest_first_statement(statement: str) -> bool:
+    return "ORDER BY created_at DESC" in statement
 
 
 def _plan_reads(env: JobEnv, statement: str, parameters: Any) -> list[str]:
@@ -79,19 +101,10 @@ def test_several_statuses_read_one_index_range_per_status(sqlite_env: JobEnv) ->
     env = sqlite_env
     for job_id in _jobs(env, 6):
         env.sql("UPDATE jobs SET status = 'failed', completed_at = created_at + 1 WHERE id = :id", id=job_id)
-    seen: list[tuple[str, Any]] = []
-
-    def capture(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool) -> None:
-        if "FROM jobs" in statement and "UNION ALL" in statement:
-            seen.append((statement, parameters))
-
-    event.listen(env.engine, "before_cursor_execute", capture)
-    try:
+    with _statements(env, lambda s: "FROM jobs" in s and "UNION ALL" in s) as seen:
         jobs.list_jobs(
             env.engine, owner_id="", is_admin=True, where=JobFilter(statuses=("failed", "interrupted")), limit=2
         )
-    finally:
-        event.remove(env.engine, "before_cursor_execute", capture)
     ((statement, parameters),) = seen
     arms = _plan_reads(env, statement, parameters)
     assert arms == ["SEARCH jobs USING INDEX ix_jobs_finished_created (status=?)"] * 2, arms
@@ -111,14 +124,7 @@ def test_one_owners_jobs_of_a_finished_status_are_read_from_the_shorter_range(sq
             status = "failed" if owner == "u2" and i % 5 == 2 else "queued"
         if status != "queued":
             env.sql("UPDATE jobs SET status = :s, completed_at = created_at + 1 WHERE id = :id", id=job_id, s=status)
-    statements: list[tuple[str, Any]] = []
-
-    def capture(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool) -> None:
-        if "ORDER BY created_at DESC" in statement:
-            statements.append((statement, parameters))
-
-    event.listen(env.engine, "before_cursor_execute", capture)
-    try:
+    with _statements(env, _newest_first_statement) as statements:
         for owner, statuses, route in (
             # When one owner's jobs of some statuses are paged: by status where it has fewer jobs than the owner
             ("u1", ("cancelled",), "ix_jobs_finished_created (status=?)"),  # 2 cancelled jobs, u1's 20
@@ -142,8 +148,6 @@ def test_one_owners_jobs_of_a_finished_status_are_read_from_the_shorter_range(sq
             assert queries.count_jobs(env.engine, where, owner_id=owner) == len(expected)
             if route is not None:
                 assert _plan_reads(env, *statements[0]) == [f"SEARCH jobs USING INDEX {route}"], (owner, statuses)
-    finally:
-        event.remove(env.engine, "before_cursor_execute", capture)
 
 
 def _with_errors(env: JobEnv) -> list[str]:
@@ -164,21 +168,13 @@ def test_a_common_search_term_walks_the_jobs_and_finds_the_same_pages(
 ) -> None:
     env = sqlite_env
     _with_errors(env)
-    statements: list[str] = []
-
-    def capture(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool) -> None:
-        if "ORDER BY created_at DESC" in statement:
-            statements.append(statement)
-
-    event.listen(env.engine, "before_cursor_execute", capture)
-    try:
+    with _statements(env, _newest_first_statement) as seen:
         through_index = _pages(env, JobFilter(search=term), limit=4)
-        assert all("jobs_search" in s for s in statements)
-        monkeypatch.setattr(read_store, "WALK_MIN_MATCHES", 1)  # every term that matches anything is common
-        statements.clear()
+    assert all("jobs_search" in s for s, _ in seen)
+    monkeypatch.setattr(read_store, "WALK_MIN_MATCHES", 1)  # every term that matches anything is common
+    with _statements(env, _newest_first_statement) as seen:
         walked = _pages(env, JobFilter(search=term), limit=4)
-    finally:
-        event.remove(env.engine, "before_cursor_execute", capture)
+    statements = [s for s, _ in seen]
     assert walked == through_index
     matched = sum(len(p) for p in walked)
     assert matched == {"disk full": 20, "node-7": 20, "NoDe": 20, "out": 10, "zzz": 0}[term]
@@ -198,24 +194,15 @@ def test_a_postgres_search_page_looks_among_the_newest_jobs_first_and_finds_the_
     errors = dict(env.sql("SELECT id, error FROM jobs"))
     owners = dict(env.sql("SELECT id, owner_id FROM jobs"))
     monkeypatch.setattr(read_store, "SEARCH_WALK_ROWS", walk_rows)
-    statements: list[str] = []
-
-    def capture(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool) -> None:
-        if "ORDER BY created_at DESC" in statement:
-            statements.append(statement)
-
     for term, where in (
         ("node-7", JobFilter(search="node-7")),
         ("timeout", JobFilter(search="TimeOut", statuses=("failed",))),
         ("disk full", JobFilter(search=("disk", "full"))),
         ("node-7", JobFilter(search="node-7", owner_id="u1")),  # one owner's newest jobs: their own index range
     ):
-        statements.clear()
-        event.listen(env.engine, "before_cursor_execute", capture)
-        try:
+        with _statements(env, _newest_first_statement) as seen:
             pages = _pages(env, where, limit=4)
-        finally:
-            event.remove(env.engine, "before_cursor_execute", capture)
+        statements = [s for s, _ in seen]
         # Then the pages are exactly the matching jobs, newest first, whichever way each page was found
         expected = [
             j for j in newest_first if term in (errors[j] or "").lower() and where.owner_id in (None, owners[j])
@@ -277,19 +264,10 @@ def test_the_activity_chart_reads_one_covering_index_range(sqlite_env: JobEnv) -
     env = sqlite_env
     for job_id in _jobs(env, 4):
         env.sql("UPDATE jobs SET status = 'failed', completed_at = created_at + 1 WHERE id = :id", id=job_id)
-    seen: list[tuple[str, Any]] = []
-
-    def capture(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool) -> None:
-        if statement.startswith("WITH f AS"):
-            seen.append((statement, parameters))
-
-    event.listen(env.engine, "before_cursor_execute", capture)
-    try:
+    with _statements(env, lambda s: s.startswith("WITH f AS")) as seen:
         buckets = queries.activity(
             env.engine, since=datetime.now(UTC) - timedelta(minutes=5), bucket_s=60, owner_id=None, is_admin=True
         )
-    finally:
-        event.remove(env.engine, "before_cursor_execute", capture)
     assert sum(b.failed for b in buckets) == 4
     ((statement, parameters),) = seen
     reads = _plan_reads(env, statement, parameters)
@@ -304,19 +282,10 @@ def test_a_count_of_one_status_and_kind_reads_one_covering_index_range(sqlite_en
     ids = _jobs(env, 6) + [env.submit("render", owner_id="u1").id for _ in range(4)]
     for job_id in ids[::2]:
         env.sql("UPDATE jobs SET status = 'failed', completed_at = created_at + 1 WHERE id = :id", id=job_id)
-    seen: list[tuple[str, Any]] = []
-
-    def capture(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool) -> None:
-        if statement.startswith("SELECT count(*) FROM jobs WHERE"):
-            seen.append((statement, parameters))
-
-    event.listen(env.engine, "before_cursor_execute", capture)
-    try:
+    with _statements(env, lambda s: s.startswith("SELECT count(*) FROM jobs WHERE")) as seen:
         count = queries.count_jobs(
             env.engine, JobFilter(statuses=("failed",), kind="render"), owner_id="", is_admin=True
         )
-    finally:
-        event.remove(env.engine, "before_cursor_execute", capture)
     assert count == len(env.sql("SELECT id FROM jobs WHERE status = 'failed' AND kind = 'render'")) == 2
     ((statement, parameters),) = seen
     assert _plan_reads(env, statement, parameters) == [
