@@ -72,9 +72,10 @@ class Deployment:
         wait_for(f"job {job_id} to be {status}", reached, 30, self.procs, poll_s=0.05)
 
     def trace(self, job_id: str, *names: str, counts: dict[str, int] | None = None) -> list[ReceivedSpan]:
-        """The spans of the trace whose submit created *job_id*, once spans named *names* arrived for it
-        (and, for each name in *counts*, at least that many: each process exports a span when it ends, so
-        one delivery's span can arrive after a later one's)."""
+        """The spans of the trace whose submit created *job_id*, once the request's server span and spans
+        named *names* arrived for it (and, for each name in *counts*, at least that many: each process
+        exports a span when it ends, so one span can arrive after a later one's — the request's span ends
+        after its submit, and the worker may finish the job before the web's next batch is exported)."""
 
         def arrived() -> list[ReceivedSpan] | None:
             spans = self.receiver.spans()
@@ -84,7 +85,8 @@ class Deployment:
             in_trace = [s for s in spans if s.trace_id == submit[0].trace_id]
             mine = [s.name for s in in_trace if s.attributes.get("tenure.job.id") == job_id]
             enough = all(mine.count(name) >= n for name, n in (counts or {}).items())
-            return in_trace if set(names) <= set(mine) and enough else None
+            requested = any(s.name == "POST /api/v1/jobs" for s in in_trace)
+            return in_trace if requested and set(names) <= set(mine) and enough else None
 
         return wait_for(f"the spans {names} of job {job_id}", arrived, 20, self.procs, poll_s=0.05)
 
