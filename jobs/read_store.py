@@ -230,20 +230,27 @@ def _search(conn: Connection, q: str, p: str, *, walk: bool = False) -> tuple[st
 _NEWEST = "ORDER BY created_at DESC, id DESC LIMIT :limit"
 
 
-def job_list(conn: Connection, f: JobFilterSQL, *, before: tuple[int, str] | None, limit: int) -> list[JobRow]:
-    """The matching jobs newest first, after the ``(created_at, id)`` position *before*, at most *limit*."""
-    _plan_for_these_values(conn)
-    several = len(f.statuses) > 1
-    if f.search and not several and conn.dialect.name == "postgresql":
-        found = _search_newest(conn, f, before=before, limit=limit)
-        if len(found) == limit:
-            return found
-    where, params = _where(conn, replace(f, statuses=()) if several else f, listing=True)
+def _after(where: list[str], params: dict[str, Any], before: tuple[int, str] | None) -> None:
+    """Adds to *where* (and *params*) "after the ``(created_at, id)`` position *before*", if there is one."""
     if before is not None:
         # A row value, not "a < x OR (a = x AND b < y)": both engines turn it into an index range, where
         # the OR made SQLite walk the index from the newest job to the cursor on every page.
         where.append("(created_at, id) < (:b_created, :b_id)")
         params["b_created"], params["b_id"] = before
+
+
+def job_list(conn: Connection, f: JobFilterSQL, *, before: tuple[int, str] | None, limit: int) -> list[JobRow]:
+    """The matching jobs newest first, after the ``(created_at, id)`` position *before*, at most *limit*."""
+    _plan_for_these_values(conn)
+    several = len(f.statuses) > 1
+    if f.search and conn.dialect.name == "postgresql":
+        found = _search_newest(conn, f, before=before, limit=limit)
+        if len(found) == limit:
+            return found
+        if several:
+            return _search_matches_first(conn, f, before=before, limit=limit)
+    where, params = _where(conn, replace(f, statuses=()) if several else f, listing=True)
+    _after(where, params, before)
     params["limit"] = limit
     if not several:
         sql = f"SELECT {JOB_COLUMNS} FROM jobs WHERE {' AND '.join(where)} {_NEWEST}"
@@ -276,14 +283,29 @@ def _search_newest(conn: Connection, f: JobFilterSQL, *, before: tuple[int, str]
     # The newest jobs of one owner are an index range in order too (ix_jobs_owner_created); other filters are
     # applied to what was walked, so the walk never reads more than its rows, however few jobs pass them.
     newest = [_OWNER] if f.owner_id is not None else []
-    if before is not None:
-        newest.append("(created_at, id) < (:b_created, :b_id)")
-        params["b_created"], params["b_id"] = before
+    _after(newest, params, before)
     params["walk"], params["limit"] = SEARCH_WALK_ROWS, limit
     sql = (
         f"SELECT {JOB_COLUMNS} FROM (SELECT * FROM jobs WHERE {' AND '.join(newest) or 'true'} "
         f"ORDER BY created_at DESC, id DESC LIMIT :walk) AS jobs WHERE {' AND '.join(where)} {_NEWEST}"
     )
+    return [r for r in map(_job, conn.execute(text(sql), params).fetchall()) if r is not None]
+
+
+def _search_matches_first(
+    conn: Connection, f: JobFilterSQL, *, before: tuple[int, str] | None, limit: int
+) -> list[JobRow]:
+    """PostgreSQL, several statuses and a search that :func:`_search_newest` did not fill a page of: every
+    match of the statuses from the trigram index, then the newest *limit* of them.
+
+    Each status's newest jobs merged, as a page without a search reads them, would probe ``job_search`` for
+    every job of a status the term is rare in, down to its oldest: retrying the failed, cancelled and
+    interrupted jobs that say "ffmpeg" (11,134 of 1M jobs) walked all 49,484 cancelled ones (0.5 s). ``OFFSET
+    0`` keeps the page's order and limit out of the inner query's plan, so it is planned to find all matches."""
+    where, params = _where(conn, f, listing=True)
+    _after(where, params, before)
+    params["limit"] = limit
+    sql = f"SELECT * FROM (SELECT {JOB_COLUMNS} FROM jobs WHERE {' AND '.join(where)} OFFSET 0) AS matches {_NEWEST}"
     return [r for r in map(_job, conn.execute(text(sql), params).fetchall()) if r is not None]
 
 

@@ -150,13 +150,16 @@ def test_one_owners_jobs_of_a_finished_status_are_read_from_the_shorter_range(sq
                 assert _plan_reads(env, *statements[0]) == [f"SEARCH jobs USING INDEX {route}"], (owner, statuses)
 
 
-def _with_errors(env: JobEnv) -> list[str]:
+def _with_errors(env: JobEnv, cancelled_every: int = 0) -> list[str]:
+    """30 jobs ended with an error (every *cancelled_every*-th cancelled, the others failed)."""
     ids = _jobs(env, 30)
     for i, job_id in enumerate(ids):
         error = "Disk full on NODE-7" if i % 3 else "timeout"
+        status = "cancelled" if cancelled_every and i % cancelled_every == 0 else "failed"
         env.sql(
-            "UPDATE jobs SET status = 'failed', completed_at = created_at + 1, error = :e WHERE id = :id",
+            "UPDATE jobs SET status = :s, completed_at = created_at + 1, error = :e WHERE id = :id",
             id=job_id,
+            s=status,
             e=error,
         )
     return ids
@@ -189,23 +192,32 @@ def test_a_postgres_search_page_looks_among_the_newest_jobs_first_and_finds_the_
     postgres_env: JobEnv, monkeypatch: pytest.MonkeyPatch, walk_rows: int
 ) -> None:
     env = postgres_env
-    _with_errors(env)
+    _with_errors(env, cancelled_every=4)
     newest_first = [r[0] for r in env.sql("SELECT id, error FROM jobs ORDER BY created_at DESC, id DESC")]
     errors = dict(env.sql("SELECT id, error FROM jobs"))
     owners = dict(env.sql("SELECT id, owner_id FROM jobs"))
+    statuses = dict(env.sql("SELECT id, status FROM jobs"))
     monkeypatch.setattr(read_store, "SEARCH_WALK_ROWS", walk_rows)
     for term, where in (
         ("node-7", JobFilter(search="node-7")),
         ("timeout", JobFilter(search="TimeOut", statuses=("failed",))),
         ("disk full", JobFilter(search=("disk", "full"))),
         ("node-7", JobFilter(search="node-7", owner_id="u1")),  # one owner's newest jobs: their own index range
+        # several statuses: what the look among the newest missed, all matches of those statuses, newest first
+        ("node-7", JobFilter(search="node-7", statuses=("failed", "interrupted"))),
+        ("timeout", JobFilter(search="timeout", statuses=("failed", "cancelled"))),
+        ("node-7", JobFilter(search="node-7", statuses=("cancelled", "interrupted"), owner_id="u2")),
     ):
         with _statements(env, _newest_first_statement) as seen:
             pages = _pages(env, where, limit=4)
         statements = [s for s, _ in seen]
         # Then the pages are exactly the matching jobs, newest first, whichever way each page was found
         expected = [
-            j for j in newest_first if term in (errors[j] or "").lower() and where.owner_id in (None, owners[j])
+            j
+            for j in newest_first
+            if term in (errors[j] or "").lower()
+            and where.owner_id in (None, owners[j])
+            and (not where.statuses or statuses[j] in where.statuses)
         ]
         assert [j for page in pages for j in page] == expected and expected, (term, pages)
         # and every page first looked among the newest jobs; the index answered only the pages that look missed
