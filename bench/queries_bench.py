@@ -313,7 +313,7 @@ def queries(url: str, ds: data.DataSet) -> list[Query]:
         Query("search: summary 'room-<n>'", "list", "admin", get(lambda k: {"q": f"room-{(k * 397) % 4999 + 1}/"})),
         Query("search: no match", "list", "admin", get({"q": "no-such-thing"})),
         Query("search: 'ffmpeg' + status=failed (user)", "list", "user", get({"q": "ffmpeg", "status": "failed"})),
-        Query("search: 2 chars 'zq' (no match)", "list", "admin", get({"q": "zq"})),
+        Query("search: 2 CJK chars (no match)", "list", "admin", get({"q": "東京"})),
         Query(
             "count: bulk retry dry run, failed render_clip",
             "count",

@@ -19,6 +19,7 @@ from . import admission, attempts, dag, db, exit_store, read_store, retention_st
 from .attempts import AttemptRecord
 from .errors import CursorExpired, JobNotFound
 from .read_store import JobFilterSQL
+from .read_store import id_prefix_only as id_prefix_only  # the rule the search box's grammar tells users about
 from .records import JobEventRecord, JobRecord
 from .status import JobStatus
 
@@ -35,8 +36,9 @@ _MAX_MS = 253_402_300_799_000
 class JobFilter:
     """Which jobs a list, a count or a bulk action is about; every field is optional.
 
-    ``search``: an id prefix, or a case-insensitive substring of the kind, resource, summary or error;
-    several terms (a tuple): a job matches every one.
+    ``search``: an id prefix, or a case-insensitive substring of the kind, resource, summary or error (a
+    term of one or two ASCII characters: an id prefix only, :func:`id_prefix_only`); several terms (a
+    tuple): a job matches every one.
     ``owner_id``: for admins (an owner sees only their own jobs whatever this says).
     """
 

@@ -7,10 +7,10 @@ bulk action see exactly the same jobs, at any table size:
   ``ORDER BY created_at DESC, id DESC`` after a ``(created_at, id)`` row-value cursor (an index range);
   with several statuses, the newest of each status merged (one index range per status);
 - text search: each term an id prefix, or a case-insensitive substring of kind, resource type/id, summary or
-  error text. SQLite: the ``jobs_search`` FTS5 trigram index (three characters or more; shorter
-  strings, and on a page a term that many jobs match, are compared row by row); PostgreSQL:
-  ``job_search`` with its ``pg_trgm`` index, after a page has looked for its rows among the newest jobs
-  row by row (:data:`SEARCH_WALK_ROWS`);
+  error text; a term of one or two ASCII characters an id prefix only (:func:`id_prefix_only`). SQLite: the
+  ``jobs_search`` FTS5 trigram index (three characters or more; shorter non-ASCII ones, and on a page a term that
+  many jobs match, are compared row by row); PostgreSQL: ``job_search`` with its ``pg_trgm`` index, after a
+  page has looked for its rows among the newest jobs row by row (:data:`SEARCH_WALK_ROWS`);
 - activity: per time bucket (and queue or kind), counts by outcome and nearest-rank percentiles
   (the value at rank ``ceil(p·n)``: a p95 is always one of the jobs' durations, never above the
   slowest), on both engines the same definition and statement (PostgreSQL's ``percentile_disc``,
@@ -187,6 +187,16 @@ def _common(conn: Connection, q: str) -> bool:
     return int(found) >= enough
 
 
+def id_prefix_only(q: str) -> bool:
+    """Whether the search term *q* matches only as the start of a job id: one or two ASCII characters.
+
+    Neither trigram index can find a shorter string, so such a term was compared with every job that might
+    match, all of them when few do (``zq`` at 1M jobs: 1.2 s on SQLite). Words that short are id prefixes or
+    noise in ASCII text; in scripts that write a word in two characters (東京) they are words, and are still
+    searched as text."""
+    return len(q) < TRIGRAM and q.isascii()
+
+
 def _search(conn: Connection, q: str, p: str, *, walk: bool = False) -> tuple[str, dict[str, Any]]:
     """An id prefix, or a substring of the searched fields (see the module docstring); the parameter
     names start with *p* (one term's names differ from another's). *walk*: compare each row instead of
@@ -196,6 +206,11 @@ def _search(conn: Connection, q: str, p: str, *, walk: bool = False) -> tuple[st
     terms: list[str] = []
     prefix = q.lower()
     by_id = _HEX.fullmatch(prefix) is not None
+    if id_prefix_only(q):
+        if not by_id:
+            return "(1 = 0)", params
+        params[f"{p}id_lo"], params[f"{p}id_hi"] = prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1)
+        return f"(id >= :{p}id_lo AND id < :{p}id_hi)", params
     if by_id:
         # ids are lower-case hex: a prefix is an index range of the primary key
         params[f"{p}id_lo"], params[f"{p}id_hi"] = prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1)

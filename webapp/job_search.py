@@ -5,10 +5,11 @@
 - ``status:`` may repeat (a job in any of them matches); ``kind:``, ``queue:``, ``owner:`` (a user
   NAME) and ``parent:`` (a workflow's id: its steps) once each. A value may be quoted: ``kind:"a b"``.
 - Everything else — words and ``"quoted phrases"`` — is text search (:mod:`jobs.read_store`): a job
-  matches every word and phrase (an id prefix, or a substring of its kind, summary or error).
-- An unknown qualifier or status, a qualifier without a value or given twice is refused with a
-  reason (:class:`SearchInvalid`: 400 in the API, a message in the UI). Text with a colon that is
-  no qualifier is searched when quoted: ``"Error: disk"``.
+  matches every word and phrase (an id prefix, or a substring of its kind, summary or error). A word of
+  one or two ASCII characters matches the start of a job id only, so it must be hex digits.
+- An unknown qualifier or status, a qualifier without a value or given twice, a short word that can
+  be no id is refused with a reason (:class:`SearchInvalid`: 400 in the API, a message in the UI).
+  Text with a colon that is no qualifier is searched when quoted: ``"Error: disk"``.
 
 Parsing is here; every filter it yields is SQL of the job layer (:func:`jobs.queries.page_jobs`).
 """
@@ -20,6 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import accounts
+from jobs.queries import id_prefix_only
 
 from .errors import ApiError, Forbidden
 from .gateway import STATUSES, JobQuery
@@ -34,6 +36,9 @@ QUALIFIERS = {
 }
 #: Longest search box content accepted.
 MAX_QUERY_CHARS = 500
+
+#: Hex digits (either case): what a short word must be, the start of a job id.
+_HEX = re.compile(r"[0-9A-Fa-f]+")
 
 # A qualifier with a quoted or bare value, a quoted phrase (closing quote optional), or a word.
 _TOKEN = re.compile(r'\s*(?:([A-Za-z_]\w*):(?:"([^"]*)"?|(\S*))|"([^"]*)"?|(\S+))')
@@ -62,7 +67,8 @@ def parse(q: str) -> Search:
 
     Raises:
       SearchInvalid: An unknown qualifier or status; a qualifier without a value, or one that may
-        be given once given twice; a query longer than :data:`MAX_QUERY_CHARS`.
+        be given once given twice; a word of one or two ASCII characters that are not all hex digits; a
+        query longer than :data:`MAX_QUERY_CHARS`.
     """
     if len(q) > MAX_QUERY_CHARS:
         raise SearchInvalid(f"The search is longer than {MAX_QUERY_CHARS} characters.")
@@ -74,6 +80,7 @@ def parse(q: str) -> Search:
         if key is None:
             term = (phrase if phrase is not None else word or "").strip()
             if term:
+                _check_short(term)
                 text.append(term)
             continue
         name = key.lower()
@@ -98,6 +105,17 @@ def parse(q: str) -> Search:
         else:
             found[name] = value
     return Search(tuple(dict.fromkeys(statuses)), text=tuple(text), **found)
+
+
+def _check_short(term: str) -> None:
+    """Refuses a word too short to search as text that is not the start of a job id either."""
+    searched = term.replace("\x00", "")  # as the job layer searches it: a NUL is dropped
+    if searched and id_prefix_only(searched) and not _HEX.fullmatch(searched):
+        raise SearchInvalid(
+            f"Search words need three characters or more: {term!r} is too short (a word of one or two "
+            "characters matches the start of a job id, so it must be hex digits).",
+            details={"q": [f"{term!r}: too short"]},
+        )
 
 
 def apply(search: Search, query: JobQuery, identity: Any, engine: Any) -> JobQuery:

@@ -27,6 +27,8 @@ def test_the_grammar_splits_qualifiers_from_text() -> None:
     )
     assert parse('STATUS:Failed "Error: disk"') == Search(statuses=("failed",), text=("Error: disk",))
     assert parse("") == Search()
+    # a word of one or two ASCII characters is the start of a job id: hex digits; in other scripts it is text
+    assert parse("aB 7 東京 \x00") == Search(text=("aB", "7", "東京", "\x00"))
 
 
 @pytest.mark.parametrize(
@@ -38,6 +40,8 @@ def test_the_grammar_splits_qualifiers_from_text() -> None:
         ("kind:", "needs a value"),
         ("kind:a kind:b", "given twice"),
         ("x" * 501, "longer than 500"),
+        ("ok", "'ok' is too short"),
+        ('disk "z"', "'z' is too short"),
     ],
 )
 def test_the_grammar_refuses_what_it_cannot_understand(query: str, reason: str) -> None:

@@ -169,7 +169,8 @@ class JobFilterSchema(ma.Schema):
         metadata={
             "description": "the search box: qualifiers `kind:` `status:` (may repeat) `owner:` (a user name) "
             '`queue:` `parent:` and text (words and "quoted phrases", each an id prefix or a substring of '
-            "the kind, summary or error; a job matches all). An unknown qualifier or status: 400",
+            "the kind, summary or error; a job matches all; a word of one or two ASCII characters: an id "
+            "prefix only). An unknown qualifier or status, a short word that is no hex: 400",
             "example": 'kind:import_recording status:succeeded "session-2026"',
         },
     )

@@ -243,6 +243,33 @@ def test_an_id_prefix_finds_its_jobs_on_both_engines(env: JobEnv) -> None:
         )
 
 
+def test_a_word_of_one_or_two_ascii_characters_is_an_id_prefix_only_on_both_engines(env: JobEnv) -> None:
+    # Given jobs whose error text holds the first two characters of one job's id, and one that says 東京
+    ids = _jobs(env, 12)
+    term = ids[0][:2]
+    for job_id in ids[1:]:
+        env.sql(
+            "UPDATE jobs SET status = 'failed', completed_at = created_at + 1, error = :e WHERE id = :id",
+            id=job_id,
+            e=f"x{term}y unable" if job_id != ids[-1] else "東京 timeout",
+        )
+
+    def found(where: JobFilter) -> set[str]:
+        page = queries.page_jobs(env.engine, where, owner_id="", is_admin=True, limit=100)
+        assert queries.count_jobs(env.engine, where, owner_id="", is_admin=True) == len(page.items)
+        return {r.id for r in page.items}
+
+    # Then two hex digits (either case) find the jobs whose id starts with them, not the texts holding them
+    starting = {j for j in ids if j.startswith(term)}
+    assert found(JobFilter(search=term)) == found(JobFilter(search=term.upper())) == starting
+    assert found(JobFilter(search=term[0])) == {j for j in ids if j.startswith(term[0])}
+    # two other ASCII characters can be no id; a longer word is text, and two characters of another script too
+    assert found(JobFilter(search="zq")) == set()
+    assert found(JobFilter(search=f"x{term}")) == set(ids[1:-1])
+    assert found(JobFilter(search="東京")) == {ids[-1]}
+    assert queries.id_prefix_only("ab") and queries.id_prefix_only("zq") and not queries.id_prefix_only("東京")
+
+
 ERRORS = ("Disk full on NODE-7", "disk read 50% done", "node_7 timeout", "timeout on NODE-7 disk")
 #: Stands for the first six characters of the sixth job's id: a word that is an id prefix too.
 ID_PREFIX = "<id prefix>"
