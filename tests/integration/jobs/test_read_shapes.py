@@ -198,6 +198,7 @@ def test_a_postgres_search_page_looks_among_the_newest_jobs_first_and_finds_the_
     owners = dict(env.sql("SELECT id, owner_id FROM jobs"))
     statuses = dict(env.sql("SELECT id, status FROM jobs"))
     monkeypatch.setattr(read_store, "SEARCH_WALK_ROWS", walk_rows)
+    mixed: list[str] = []
     for term, where in (
         ("node-7", JobFilter(search="node-7")),
         ("timeout", JobFilter(search="TimeOut", statuses=("failed",))),
@@ -228,6 +229,10 @@ def test_a_postgres_search_page_looks_among_the_newest_jobs_first_and_finds_the_
             assert len(from_index) <= 1, statements  # the last page, with less than a page left to find
         if walk_rows == 1:
             assert len(from_index) == len(pages), statements
+        mixed.extend(s for s in from_index if "OFFSET 0" in s and "AS a0" in s)
+    if walk_rows == 7:
+        # a page of several statuses walked the one the look found matches of and searched the other's
+        assert mixed
 
 
 def test_an_id_prefix_finds_its_jobs_on_both_engines(env: JobEnv) -> None:
