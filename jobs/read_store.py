@@ -265,8 +265,11 @@ def job_list(conn: Connection, f: JobFilterSQL, *, before: tuple[int, str] | Non
     """The matching jobs newest first, after the ``(created_at, id)`` position *before*, at most *limit*."""
     _plan_for_these_values(conn)
     several = len(f.statuses) > 1
+    sqlite = conn.dialect.name == "sqlite"
     searched_first: tuple[str, ...] = ()
-    if f.search and conn.dialect.name == "postgresql":
+    # SQLite: only for several statuses (one status has its own rule, :func:`_common`), and ASCII terms (the
+    # row-by-row comparison folds ASCII case only, the trigram index all of Unicode).
+    if f.search and (not sqlite or (several and all(t.isascii() for t in f.search))):
         found = _search_newest(conn, f, before=before, limit=limit)
         if len(found) == limit:
             return found
@@ -286,7 +289,6 @@ def job_list(conn: Connection, f: JobFilterSQL, *, before: tuple[int, str] | Non
         # Several statuses: the newest *limit* of each status (each an index range in order, as for one
         # status), merged. "status IN (…)" made both engines collect and sort every job of those statuses
         # (140,000 failed, cancelled and interrupted of 1M jobs: 1.4 s for a page).
-        sqlite = conn.dialect.name == "sqlite"
         arms = []
         for i, status in enumerate(s for s in f.statuses if s not in searched_first):
             params[f"s{i}"] = status
@@ -299,16 +301,23 @@ def job_list(conn: Connection, f: JobFilterSQL, *, before: tuple[int, str] | Non
             names = [f"r{i}" for i in range(len(searched_first))]
             params.update(zip(names, searched_first, strict=True))
             rare = replace(f, statuses=searched_first)
-            terms = " AND ".join([*where, *_status_terms(sqlite, rare, [":" + n for n in names])])
-            # OFFSET 0 keeps the page's order and limit out of the inner plan: planned to find all matches
-            arms.append(f"SELECT * FROM (SELECT {JOB_COLUMNS} FROM jobs WHERE {terms} OFFSET 0) AS matches")
+            # every match from the index (SQLite: even of a term :func:`_common` would walk the jobs for)
+            indexed, indexed_params = _where(conn, replace(f, statuses=())) if sqlite else (where, {})
+            _after(indexed, indexed_params, before)
+            params.update(indexed_params)
+            terms = " AND ".join([*indexed, *_status_terms(sqlite, rare, [":" + n for n in names])])
+            # No limit, said so that the page's order and limit stay out of the inner plan: planned to find all
+            # matches (SQLite takes no OFFSET without a LIMIT, PostgreSQL no negative LIMIT)
+            fence = "LIMIT -1" if sqlite else "OFFSET 0"
+            arms.append(f"SELECT * FROM (SELECT {JOB_COLUMNS} FROM jobs WHERE {terms} {fence}) AS matches")
         sql = f"SELECT * FROM ({' UNION ALL '.join(arms)}) AS u {_NEWEST}"
     return [r for r in map(_job, conn.execute(text(sql), params).fetchall()) if r is not None]
 
 
 def _search_newest(conn: Connection, f: JobFilterSQL, *, before: tuple[int, str] | None, limit: int) -> list[JobRow]:
-    """PostgreSQL: the page of a search among the :data:`SEARCH_WALK_ROWS` newest jobs after *before*, each
-    compared row by row. When it is full it is the page: every job outside those is older than all of them.
+    """PostgreSQL (SQLite: with several statuses): the page of a search among the :data:`SEARCH_WALK_ROWS`
+    newest jobs after *before*, each compared row by row. When it is full it is the page: every job outside
+    those is older than all of them.
 
     The trigram index is no good at finding a page of a term many jobs match: it hands over every match (11,134
     for ``ffmpeg`` of 1M jobs), which are then looked up and sorted, and whether PostgreSQL plans that or a

@@ -198,7 +198,6 @@ def test_a_postgres_search_page_looks_among_the_newest_jobs_first_and_finds_the_
     owners = dict(env.sql("SELECT id, owner_id FROM jobs"))
     statuses = dict(env.sql("SELECT id, status FROM jobs"))
     monkeypatch.setattr(read_store, "SEARCH_WALK_ROWS", walk_rows)
-    mixed: list[str] = []
     for term, where in (
         ("node-7", JobFilter(search="node-7")),
         ("timeout", JobFilter(search="TimeOut", statuses=("failed",))),
@@ -229,10 +228,6 @@ def test_a_postgres_search_page_looks_among_the_newest_jobs_first_and_finds_the_
             assert len(from_index) <= 1, statements  # the last page, with less than a page left to find
         if walk_rows == 1:
             assert len(from_index) == len(pages), statements
-        mixed.extend(s for s in from_index if "OFFSET 0" in s and "AS a0" in s)
-    if walk_rows == 7:
-        # a page of several statuses walked the one the look found matches of and searched the other's
-        assert mixed
 
 
 def test_an_id_prefix_finds_its_jobs_on_both_engines(env: JobEnv) -> None:
@@ -246,6 +241,36 @@ def test_an_id_prefix_finds_its_jobs_on_both_engines(env: JobEnv) -> None:
         assert queries.count_jobs(env.engine, JobFilter(search=prefix.upper()), owner_id="", is_admin=True) == len(
             found
         )
+
+
+@pytest.mark.parametrize("walk_rows", [10_000, 7, 1])
+def test_a_page_of_several_statuses_and_a_search_is_exact_however_it_is_found(
+    env: JobEnv, monkeypatch: pytest.MonkeyPatch, walk_rows: int
+) -> None:
+    # Given failed and cancelled jobs with errors, of three owners
+    _with_errors(env, cancelled_every=4)
+    rows = env.sql("SELECT id, error, owner_id, status FROM jobs ORDER BY created_at DESC, id DESC")
+    monkeypatch.setattr(read_store, "SEARCH_WALK_ROWS", walk_rows)
+    mixed: list[str] = []
+    for term, where in (
+        ("node-7", JobFilter(search="node-7", statuses=("failed", "interrupted"))),
+        ("timeout", JobFilter(search="TIMEOUT", statuses=("failed", "cancelled"))),
+        ("node-7", JobFilter(search="NODE-7", statuses=("cancelled", "interrupted"), owner_id="u2")),
+    ):
+        with _statements(env, _newest_first_statement) as seen:
+            pages = _pages(env, where, limit=4)
+        # Then the pages are exactly the matching jobs, newest first, whichever way each page was found
+        expected = [
+            job_id
+            for job_id, error, owner, status in rows
+            if term in (error or "").lower() and where.owner_id in (None, owner) and status in where.statuses
+        ]
+        assert [j for page in pages for j in page] == expected and expected, (term, pages)
+        fence = "LIMIT -1" if env.backend == "sqlite" else "OFFSET 0"
+        mixed.extend(s for s, _ in seen if fence in s and "AS a0" in s)
+    if walk_rows == 7:
+        # and some page walked the status the look among the newest jobs found matches of and searched the other's
+        assert mixed
 
 
 def test_a_word_of_one_or_two_ascii_characters_is_an_id_prefix_only_on_both_engines(env: JobEnv) -> None:
