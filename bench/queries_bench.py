@@ -313,6 +313,12 @@ def queries(url: str, ds: data.DataSet) -> list[Query]:
         Query("search: summary 'room-<n>'", "list", "admin", get(lambda k: {"q": f"room-{(k * 397) % 4999 + 1}/"})),
         Query("search: no match", "list", "admin", get({"q": "no-such-thing"})),
         Query("search: 'ffmpeg' + status=failed (user)", "list", "user", get({"q": "ffmpeg", "status": "failed"})),
+        Query(
+            "search: 'ffmpeg' + failed,cancelled,interrupted",
+            "list",
+            "admin",
+            get({"q": "ffmpeg", "status": ["failed", "cancelled", "interrupted"]}),
+        ),
         Query("search: 2 CJK chars (no match)", "list", "admin", get({"q": "東京"})),
         Query(
             "count: bulk retry dry run, failed render_clip",
