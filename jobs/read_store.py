@@ -306,8 +306,8 @@ def job_list(conn: Connection, f: JobFilterSQL, *, before: tuple[int, str] | Non
             _after(indexed, indexed_params, before)
             params.update(indexed_params)
             terms = " AND ".join([*indexed, *_status_terms(sqlite, rare, [":" + n for n in names])])
-            # No limit, said so that the page's order and limit stay out of the inner plan: planned to find all
-            # matches (SQLite takes no OFFSET without a LIMIT, PostgreSQL no negative LIMIT)
+            # A fence with no limit keeps the page's order and limit out of this inner query's plan, so it is
+            # planned to find all the matches (SQLite takes no OFFSET without a LIMIT, PostgreSQL no LIMIT -1)
             fence = "LIMIT -1" if sqlite else "OFFSET 0"
             arms.append(f"SELECT * FROM (SELECT {JOB_COLUMNS} FROM jobs WHERE {terms} {fence}) AS matches")
         sql = f"SELECT * FROM ({' UNION ALL '.join(arms)}) AS u {_NEWEST}"
