@@ -19,7 +19,7 @@ from . import admission, attempts, dag, db, exit_store, read_store, retention_st
 from .attempts import AttemptRecord
 from .errors import CursorExpired, JobNotFound
 from .read_store import JobFilterSQL
-from .read_store import id_prefix_only as id_prefix_only  # the rule the search box's grammar tells users about
+from .read_store import unsearchable as unsearchable  # the rule the search box's grammar tells users about
 from .records import JobEventRecord, JobRecord
 from .status import JobStatus
 
@@ -37,8 +37,8 @@ class JobFilter:
     """Which jobs a list, a count or a bulk action is about; every field is optional.
 
     ``search``: an id prefix, or a case-insensitive substring of the kind, resource, summary or error (a
-    term of one or two ASCII characters: an id prefix only, :func:`id_prefix_only`); several terms (a
-    tuple): a job matches every one.
+    term of one or two ASCII characters: an id prefix only, so one that is not hex is :func:`unsearchable`);
+    several terms (a tuple): a job matches every one.
     ``owner_id``: for admins (an owner sees only their own jobs whatever this says).
     """
 

@@ -203,6 +203,11 @@ def id_prefix_only(q: str) -> bool:
     return len(q) < TRIGRAM and q.isascii()
 
 
+def unsearchable(q: str) -> bool:
+    """Whether the search term *q* can match no job: :func:`id_prefix_only`, and not hex digits."""
+    return id_prefix_only(q) and _HEX.fullmatch(q.lower()) is None
+
+
 def _search(conn: Connection, q: str, p: str, *, walk: bool = False) -> tuple[str, dict[str, Any]]:
     """An id prefix, or a substring of the searched fields (see the module docstring); the parameter
     names start with *p* (one term's names differ from another's). *walk*: compare each row instead of
@@ -213,7 +218,7 @@ def _search(conn: Connection, q: str, p: str, *, walk: bool = False) -> tuple[st
     prefix = q.lower()
     by_id = _HEX.fullmatch(prefix) is not None
     if id_prefix_only(q):
-        if not by_id:
+        if unsearchable(q):
             return "(1 = 0)", params
         params[f"{p}id_lo"], params[f"{p}id_hi"] = prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1)
         column = "+id" if sqlite and walk else "id"  # walking: the primary key is no index of this search

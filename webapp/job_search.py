@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import accounts
-from jobs.queries import id_prefix_only
+from jobs.queries import unsearchable
 
 from .errors import ApiError, Forbidden
 from .gateway import STATUSES, JobQuery
@@ -36,9 +36,6 @@ QUALIFIERS = {
 }
 #: Longest search box content accepted.
 MAX_QUERY_CHARS = 500
-
-#: Hex digits (either case): what a short word must be, the start of a job id.
-_HEX = re.compile(r"[0-9A-Fa-f]+")
 
 # A qualifier with a quoted or bare value, a quoted phrase (closing quote optional), or a word.
 _TOKEN = re.compile(r'\s*(?:([A-Za-z_]\w*):(?:"([^"]*)"?|(\S*))|"([^"]*)"?|(\S+))')
@@ -110,7 +107,7 @@ def parse(q: str) -> Search:
 def _check_short(term: str) -> None:
     """Refuses a word too short to search as text that is not the start of a job id either."""
     searched = term.replace("\x00", "")  # as the job layer searches it: a NUL is dropped
-    if searched and id_prefix_only(searched) and not _HEX.fullmatch(searched):
+    if searched and unsearchable(searched):
         raise SearchInvalid(
             f"Search words need three characters or more: {term!r} is too short (a word of one or two "
             "characters matches the start of a job id, so it must be hex digits).",

@@ -297,7 +297,8 @@ def test_a_word_of_one_or_two_ascii_characters_is_an_id_prefix_only_on_both_engi
     assert found(JobFilter(search="zq")) == set()
     assert found(JobFilter(search=f"x{term}")) == set(ids[1:-1])
     assert found(JobFilter(search="東京")) == {ids[-1]}
-    assert queries.id_prefix_only("ab") and queries.id_prefix_only("zq") and not queries.id_prefix_only("東京")
+    assert read_store.id_prefix_only("ab") and read_store.id_prefix_only("zq") and not read_store.id_prefix_only("東京")
+    assert queries.unsearchable("zq") and not queries.unsearchable("aB") and not queries.unsearchable("東京")
     if env.backend == "sqlite":
         # and a page of one digit (one job id in 16) walks the jobs newest first; two digits read the id's range
         for prefix, route in ((term[0], "SCAN jobs USING INDEX ix_jobs_created"), (term, "SEARCH jobs USING INDEX")):
