@@ -28,15 +28,10 @@ from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from typing import Any
 
-from jsonschema import Draft202012Validator
-
 #: Form/JSON types a field may have (``text`` is a string shown as several lines).
 TYPES = ("string", "text", "integer", "number", "boolean", "list", "object")
 
 _JSON_TYPE = {"text": "string", "list": "array"}
-
-
-_Validator = Draft202012Validator
 
 
 def field(
@@ -165,7 +160,11 @@ class PayloadSchema:
         found: dict[str, list[str]] = {}
         if not isinstance(payload, dict):
             return {"payload": ["Must be a JSON object."]}
-        for error in _Validator(self.json_schema()).iter_errors(payload):
+        # Imported at the first check, not with the job layer: jsonschema and its dependencies cost every
+        # process ~70 ms at start, and a relay, or a worker that submits nothing, never checks a payload.
+        from jsonschema import Draft202012Validator
+
+        for error in Draft202012Validator(self.json_schema()).iter_errors(payload):
             for name, reason in _describe(error, payload):
                 found.setdefault(name, []).append(reason)
         return found

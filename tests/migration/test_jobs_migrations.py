@@ -76,6 +76,43 @@ def test_unmigrated_database_is_refused(tmp_path: Path) -> None:
     assert not (tmp_path / "none.db").exists()
 
 
+def test_the_written_out_heads_are_alembics() -> None:
+    """``jobs.schema.HEADS`` lets a process confirm an up-to-date database without loading the migrations;
+    a new migration must update it."""
+    assert schema.HEADS == schema.head_revisions(), "a migration was added: update jobs.schema.HEADS"
+
+
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.services)])
+def test_a_database_behind_is_refused_and_one_at_head_is_confirmed_without_alembic(
+    tmp_path: Path, backend: str
+) -> None:
+    from contextlib import nullcontext
+
+    from alembic import command
+
+    from tests.integration.jobs.support import postgres_database
+
+    database = nullcontext(f"sqlite:///{tmp_path / 'm.db'}") if backend == "sqlite" else postgres_database()
+    with database as url:
+        command.upgrade(schema.alembic_config(url), "0019")
+        engine = make_engine(url)
+        try:
+            with pytest.raises(SchemaMismatch, match="'0019', behind '0020'; run `tenure db upgrade`"):
+                schema.check_database_at_head(engine)
+        finally:
+            engine.dispose()
+        schema.upgrade(url)
+        # A fresh process, as a worker starts: the check passes and never imports Alembic.
+        check = (
+            "import sys; from jobs.db import make_engine; from jobs.schema import check_database_at_head; "
+            f"print(check_database_at_head(make_engine({url!r}))); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'alembic'))"
+        )
+        run = subprocess.run([sys.executable, "-c", check], cwd=ROOT, capture_output=True, text=True)
+        assert run.returncode == 0, run.stderr
+        assert run.stdout.split("\n")[:2] == [schema.head_revision(), "[]"]
+
+
 def _at_future_revision(path: Path) -> str:
     schema.upgrade(f"sqlite:///{path}")
     with sqlite3.connect(path) as raw:

@@ -1,8 +1,10 @@
 """Importing Tenure's actors has no side effects (as ``tasks/__init__.py`` promises): every ``tasks.*`` module,
 imported in a fresh interpreter with a clean environment, reads no environment variable, sets or builds no
 Dramatiq broker, starts no thread and writes no file. Only :func:`tasks.compose` may do those things. Nor
-does it load PyAV or numpy (~0.3 s): web and scheduler processes compose the tasks but never decode media, so
-only the code that reads media imports them.
+does it load the libraries only some code paths use, each paid by every process at start: PyAV and numpy
+(~0.3 s; web and scheduler processes never decode media), Alembic (~0.25 s; only a database not at the
+head revision needs its migrations), jsonschema (~70 ms; payload checks at submit) and httpx (~50–100 ms;
+webhook deliveries).
 
 The probe replaces ``os.environ`` before anything is imported with a mapping that records every read whose
 nearest caller outside the standard library is a file of this repository (``os.getenv`` looks the name up
@@ -95,7 +97,7 @@ print(json.dumps({
     "reads": reads,
     "broker": repr(dramatiq.broker.global_broker),
     "threads": sorted(t.name for t in set(threading.enumerate()) - threads),
-    "media_libraries": sorted({"av", "numpy"} & set(sys.modules)),
+    "deferred_libraries": sorted({"av", "numpy", "alembic", "jsonschema", "httpx"} & set(sys.modules)),
 }))
 """
 
@@ -128,7 +130,7 @@ def test_importing_every_tasks_module_reads_no_environment_and_sets_no_broker(tm
     assert report["reads"] == []
     assert report["broker"] == "None"  # neither set_broker nor get_broker (which builds a default one) ran
     assert report["threads"] == []
-    assert report["media_libraries"] == []
+    assert report["deferred_libraries"] == []
     assert list(tmp_path.iterdir()) == []  # no database file, no output directory, no log
 
 
@@ -164,5 +166,5 @@ def test_the_probe_sees_each_side_effect(tmp_path: Path) -> None:
     assert {r.split(" ")[0] for r in report["reads"]} == {"probe_pkg/__init__.py:4", "probe_pkg/__init__.py:5"}
     assert report["broker"].startswith("<dramatiq.brokers.stub.StubBroker")
     assert report["threads"] == ["probe-thread"]
-    assert report["media_libraries"] == ["numpy"]
+    assert report["deferred_libraries"] == ["numpy"]
     assert [p.name for p in work.iterdir()] == ["probe.db"]

@@ -20,19 +20,21 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any, Literal
-
-import httpx
+from typing import TYPE_CHECKING, Any, Literal
 
 from .breaker import CircuitBreaker
 from .retry import next_retry_delay_s, parse_retry_after
 from .secret import Secret, redact
 from .signing import secret_key, signed_headers
 
+if TYPE_CHECKING:
+    import httpx
+
 logger = logging.getLogger(__name__)
 
-#: Per-phase timeouts: the spec suggests 15–30 s; connecting should fail faster.
-DEFAULT_TIMEOUT = httpx.Timeout(15.0, connect=5.0)
+#: Per-phase timeouts (s): the spec suggests 15–30 s; connecting should fail faster.
+TIMEOUT_S = 15.0
+CONNECT_TIMEOUT_S = 5.0
 #: Statuses that mean "try again later".
 RETRY_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
 #: Statuses that count against the breaker (the endpoint is unwell, not merely throttling us).
@@ -107,7 +109,7 @@ def deliver_webhook(
     *,
     client: httpx.Client | None = None,
     breaker: CircuitBreaker | None = None,
-    timeout: httpx.Timeout = DEFAULT_TIMEOUT,
+    timeout: httpx.Timeout | None = None,
     now: Callable[[], float] = time.time,
 ) -> DeliveryOutcome:
     """Make one signed delivery attempt.
@@ -123,7 +125,7 @@ def deliver_webhook(
     breaker:
         Shared circuit breaker; when given, a refused call sends nothing.
     timeout:
-        Per-phase timeouts.
+        Per-phase timeouts (default: :data:`TIMEOUT_S`, connecting :data:`CONNECT_TIMEOUT_S`).
     now:
         Unix-time source for ``webhook-timestamp`` (receivers allow ±5 minutes).
 
@@ -140,6 +142,12 @@ def deliver_webhook(
             return DeliveryOutcome(
                 "refused", message.msg_id, retry_after_s=decision.retry_in_s, error=f"circuit breaker {decision.state}"
             )
+    # Imported at the first delivery, not with the actors: httpx costs every worker process ~50–100 ms
+    # at start, and only the notification actor sends a webhook.
+    import httpx
+
+    if timeout is None:
+        timeout = httpx.Timeout(TIMEOUT_S, connect=CONNECT_TIMEOUT_S)
     headers = signed_headers(endpoint.secret, message.msg_id, int(now()), message.body)
     started = time.monotonic()
     try:
