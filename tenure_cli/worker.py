@@ -103,6 +103,7 @@ def worker_command(args: list[str]) -> int:
 def _supervise(ns: Any) -> Any:
     """Run the worker processes under a supervisor until it is stopped; its :class:`Outcome`."""
     import ctypes
+    import importlib
     import multiprocessing
 
     from dramatiq import cli as dramatiq_cli
@@ -110,6 +111,13 @@ def _supervise(ns: Any) -> Any:
     from dramatiq.compat import StreamablePipe, file_or_stderr
 
     from .supervisor import ChildSpec, Supervisor, log_to, restart_policy
+
+    # Loaded once here, before the worker processes are forked, so that each starts with the job layer
+    # (SQLAlchemy, Dramatiq: ~0.5 s of imports) already in memory: a quicker boot, and a quicker
+    # replacement after a crash. Importing it does nothing else (no thread, connection or environment read:
+    # tests/unit/test_tasks_import_side_effects.py), so nothing is shared with the forks but code. The app
+    # itself is still imported in each worker process, as Dramatiq does.
+    importlib.import_module("jobs")
 
     ctx = multiprocessing.get_context("fork")
     # Marked initialised: worker processes then never take its lock (a process SIGKILLed while holding
