@@ -138,7 +138,9 @@ def _both_running(rig: Rig) -> dict[int, dict[str, Any]] | None:
 @pytest.mark.timeout(120)
 def test_a_sigkilled_worker_process_is_replaced_within_seconds_and_its_sibling_runs_on(rig: Rig) -> None:
     # Given tenure worker with two worker processes, both booted
-    sup = rig.worker("worker", processes=2)
+    loaded = rig.tmp / "loaded"
+    loaded.mkdir()
+    sup = rig.worker("worker", processes=2, OPS_LOADED_DIR=str(loaded))
     before = wait_for("both worker processes to boot", lambda: _both_running(rig), 60, rig.procs)
     victim, sibling = before[0]["pid"], before[1]["pid"]
 
@@ -165,6 +167,11 @@ def test_a_sigkilled_worker_process_is_replaced_within_seconds_and_its_sibling_r
         "restarting it in 0.50 s (crash 1 in a row; given up at 10)." in log
     ), log
     assert f"worker process 0 restarted as PID {replaced} (restart 1)." in log
+    # Every worker process, the replacement too, was forked with the job layer loaded (the supervisor
+    # imports it once), before it imported the app
+    assert {p.name: p.read_text() for p in loaded.iterdir()} == {
+        str(pid): "jobs" for pid in (victim, sibling, replaced)
+    }
     assert rig.metric("tenure_worker_restarts_total", role="worker", slot="0") == 1
     assert rig.metric("tenure_worker_restarts_total", role="worker", slot="1") == 0
     assert rig.metric("tenure_worker_slots_given_up", role="worker") == 0

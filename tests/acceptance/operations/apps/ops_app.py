@@ -7,14 +7,21 @@ Configured from the environment:
   OPS_BOOT_DELAY_S  if set, importing the app records a ``boots`` row, then sleeps this long (a slow start-up)
   OPS_CRASH_FLAG  if set and that file exists, importing the app records a ``boots`` row and ends the
                   process with ``os._exit(1)`` (a worker process that crashes at boot)
+  OPS_LOADED_DIR  if set, importing the app writes a file named for the process's pid there, holding
+                  ``jobs`` if the job layer was already loaded (this app never imports it)
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
+import sys
 import threading
 import time
+from pathlib import Path
+
+if os.environ.get("OPS_LOADED_DIR"):
+    Path(os.environ["OPS_LOADED_DIR"], str(os.getpid())).write_text("jobs" if "jobs" in sys.modules else "")
 
 import dramatiq
 
