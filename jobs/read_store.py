@@ -215,19 +215,18 @@ def _search(conn: Connection, q: str, p: str, *, walk: bool = False) -> tuple[st
     sqlite = conn.dialect.name == "sqlite"
     params: dict[str, Any] = {}
     terms: list[str] = []
+    if unsearchable(q):
+        return "(1 = 0)", params
     prefix = q.lower()
     by_id = _HEX.fullmatch(prefix) is not None
-    if id_prefix_only(q):
-        if unsearchable(q):
-            return "(1 = 0)", params
-        params[f"{p}id_lo"], params[f"{p}id_hi"] = prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1)
-        column = "+id" if sqlite and walk else "id"  # walking: the primary key is no index of this search
-        return f"({column} >= :{p}id_lo AND {column} < :{p}id_hi)", params
     if by_id:
         # ids are lower-case hex: a prefix is an index range of the primary key
         params[f"{p}id_lo"], params[f"{p}id_hi"] = prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1)
-        if sqlite:
-            terms.append(f"(id >= :{p}id_lo AND id < :{p}id_hi)")
+    if id_prefix_only(q):
+        column = "+id" if sqlite and walk else "id"  # walking: the primary key is no index of this search
+        return f"({column} >= :{p}id_lo AND {column} < :{p}id_hi)", params
+    if by_id and sqlite:
+        terms.append(f"(id >= :{p}id_lo AND id < :{p}id_hi)")
     if sqlite:
         if len(q) >= TRIGRAM and not walk:
             terms.append(f"rowid IN (SELECT rowid FROM jobs_search WHERE jobs_search MATCH :{p}fts)")
@@ -307,9 +306,11 @@ def job_list(conn: Connection, f: JobFilterSQL, *, before: tuple[int, str] | Non
             params.update(zip(names, searched_first, strict=True))
             rare = replace(f, statuses=searched_first)
             # every match from the index (SQLite: even of a term :func:`_common` would walk the jobs for)
-            indexed, indexed_params = _where(conn, replace(f, statuses=())) if sqlite else (where, {})
-            _after(indexed, indexed_params, before)
-            params.update(indexed_params)
+            indexed = where
+            if sqlite:
+                indexed, indexed_params = _where(conn, replace(f, statuses=()))
+                _after(indexed, indexed_params, before)
+                params.update(indexed_params)
             terms = " AND ".join([*indexed, *_status_terms(sqlite, rare, [":" + n for n in names])])
             # A fence with no limit keeps the page's order and limit out of this inner query's plan, so it is
             # planned to find all the matches (SQLite takes no OFFSET without a LIMIT, PostgreSQL no LIMIT -1)
