@@ -320,6 +320,8 @@ def queries(url: str, ds: data.DataSet) -> list[Query]:
             get({"q": "ffmpeg", "status": ["failed", "cancelled", "interrupted"]}),
         ),
         Query("search: 2 CJK chars (no match)", "list", "admin", get({"q": "東京"})),
+        Query("search: 1 char '→' (notify summaries)", "list", "admin", get({"q": "→"})),
+        Query("search: 2 chars '0–' + status=failed (user)", "list", "user", get({"q": "0–", "status": "failed"})),
         Query(
             "count: bulk retry dry run, failed render_clip",
             "count",

@@ -7,10 +7,11 @@ bulk action see exactly the same jobs, at any table size:
   ``ORDER BY created_at DESC, id DESC`` after a ``(created_at, id)`` row-value cursor (an index range);
   with several statuses, the newest of each status merged (one index range per status);
 - text search: each term an id prefix, or a case-insensitive substring of kind, resource type/id, summary or
-  error text; a term of one or two ASCII characters an id prefix only (:func:`id_prefix_only`). SQLite: the
-  ``jobs_search`` FTS5 trigram index (three characters or more; shorter non-ASCII ones, and on a page a term that
-  many jobs match, are compared row by row); PostgreSQL: ``job_search`` with its ``pg_trgm`` index, after a
-  page has looked for its rows among the newest jobs row by row (:data:`SEARCH_WALK_ROWS`);
+  error text; a term of one or two ASCII characters an id prefix only (:func:`id_prefix_only`), of one or two
+  characters with one outside ASCII (東京) the ``job_bigrams`` index of both engines. Three characters or more:
+  SQLite's ``jobs_search`` FTS5 trigram index (on SQLite, a page of a term that many jobs match compares rows);
+  PostgreSQL's ``job_search`` with its ``pg_trgm`` index, after a page has looked for its rows among the newest
+  jobs row by row (:data:`SEARCH_WALK_ROWS`);
 - activity: per time bucket (and queue or kind), counts by outcome and nearest-rank percentiles
   (the value at rank ``ceil(p·n)``: a p95 is always one of the jobs' durations, never above the
   slowest), on both engines the same definition and statement (PostgreSQL's ``percentile_disc``,
@@ -171,8 +172,8 @@ def _fts(q: str) -> str:
 
 
 def _common(conn: Connection, q: str) -> bool:
-    """Whether at least one job in :data:`WALK_DENSITY` matches *q*'s text search (SQLite, three
-    characters or more; an id prefix of one digit always does): then a page finds its rows sooner by
+    """Whether at least one job in :data:`WALK_DENSITY` matches *q*'s text search (SQLite: an ASCII term, or one
+    of one or two characters; an id prefix of one digit always does): then a page finds its rows sooner by
     walking the jobs newest first and comparing each than by collecting and sorting every match
     (``transcribe`` matched 300,000 of 1M jobs: 2 s to sort them for 50; bench/queries_bench.py)."""
     if conn.dialect.name != "sqlite":
@@ -181,16 +182,27 @@ def _common(conn: Connection, q: str) -> bool:
         # One hex digit starts one job id in 16: a page finds its rows among the newest ~800 jobs, where the
         # primary key's range is 62,500 jobs of 1M to sort (160-240 ms). Two digits: 3,900 to sort (13 ms).
         return len(q) == 1
-    if len(q) < TRIGRAM or not q.isascii():
+    if len(q) >= TRIGRAM and not q.isascii():
         # (the row-by-row comparison folds ASCII case only, the trigram index all of Unicode)
         return False
     jobs = int(conn.execute(text("SELECT coalesce(max(rowid), 0) FROM jobs")).scalar_one())
     enough = max(WALK_MIN_MATCHES, jobs // WALK_DENSITY)
-    found = conn.execute(
-        text("SELECT count(*) FROM (SELECT 1 FROM jobs_search WHERE jobs_search MATCH :fts LIMIT :n)"),
-        {"fts": _fts(q), "n": enough},
-    ).scalar_one()
+    if len(q) < TRIGRAM:
+        # ("–" is in every render_clip job's summary: 400,000 of 1M jobs to sort for a page)
+        matches, params = f"SELECT 1 FROM job_bigrams WHERE {_pairs(True, 'gram')}", {"gram": q}
+    else:
+        matches, params = "SELECT 1 FROM jobs_search WHERE jobs_search MATCH :fts", {"fts": _fts(q)}
+    found = conn.execute(text(f"SELECT count(*) FROM ({matches} LIMIT :n)"), {**params, "n": enough}).scalar_one()
     return int(found) >= enough
+
+
+def _pairs(sqlite: bool, name: str) -> str:
+    """The condition on ``job_bigrams`` (revision 0021) of a term of one or two characters, one of them outside
+    ASCII, bound to *name*: a pair is one key, one character the keys it starts (every character in the
+    searched text is followed by another or by a line break). The database's own ``lower`` folds the term,
+    as it folded the stored pairs."""
+    term = f"lower(:{name})"
+    return f"gram >= {term} AND gram < {term} || {'char' if sqlite else 'chr'}(1114111)"
 
 
 def id_prefix_only(q: str) -> bool:
@@ -225,6 +237,9 @@ def _search(conn: Connection, q: str, p: str, *, walk: bool = False) -> tuple[st
     if id_prefix_only(q):
         column = "+id" if sqlite and walk else "id"  # walking: the primary key is no index of this search
         return f"({column} >= :{p}id_lo AND {column} < :{p}id_hi)", params
+    if len(q) < TRIGRAM and not walk:
+        key, params[f"{p}gram"] = _pairs(sqlite, f"{p}gram"), q
+        return f"({'rowid IN (SELECT job' if sqlite else 'id IN (SELECT job_id'} FROM job_bigrams WHERE {key}))", params
     if by_id and sqlite:
         terms.append(f"(id >= :{p}id_lo AND id < :{p}id_hi)")
     if sqlite:
@@ -235,8 +250,9 @@ def _search(conn: Connection, q: str, p: str, *, walk: bool = False) -> tuple[st
             fields = " || char(10) || ".join(
                 f"coalesce({c}, '')" for c in ("kind", "resource_type", "resource_id", "summary", "error")
             )
-            terms.append(f"instr(lower({fields}), :{p}needle) > 0")
-            params[f"{p}needle"] = q.lower()
+            # (lowered by SQLite, as the stored pairs are: the same jobs as through ``job_bigrams``)
+            terms.append(f"instr(lower({fields}), lower(:{p}needle)) > 0")
+            params[f"{p}needle"] = q
     else:
         params[f"{p}like"] = "%" + re.sub(r"([\\%_])", r"\\\1", q.lower()) + "%"
         if walk:

@@ -6,12 +6,14 @@ import hashlib
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import inspect
+from sqlalchemy import Engine, inspect
 
 from jobs import schema
 from jobs.db import make_engine
@@ -37,6 +39,23 @@ JOB_TABLES = frozenset(metadata.tables) & {
 def _include(obj, name, type_, reflected, compare_to):  # type: ignore[no-untyped-def]
     table = name if type_ == "table" else getattr(getattr(obj, "table", None), "name", None)
     return table in JOB_TABLES
+
+
+@contextmanager
+def _at_revision(backend: str, tmp_path: Path, revision: str) -> Iterator[tuple[str, Engine]]:
+    """A fresh database of *backend* upgraded to *revision*: its URL and an engine on it."""
+    from alembic import command
+
+    from tests.integration.jobs.support import postgres_database
+
+    database = nullcontext(f"sqlite:///{tmp_path / 'm.db'}") if backend == "sqlite" else postgres_database()
+    with database as url:
+        command.upgrade(schema.alembic_config(url), revision)
+        engine = make_engine(url)
+        try:
+            yield url, engine
+        finally:
+            engine.dispose()
 
 
 def test_migrations_equal_models(tmp_path: Path) -> None:
@@ -86,21 +105,9 @@ def test_the_written_out_heads_are_alembics() -> None:
 def test_a_database_behind_is_refused_and_one_at_head_is_confirmed_without_alembic(
     tmp_path: Path, backend: str
 ) -> None:
-    from contextlib import nullcontext
-
-    from alembic import command
-
-    from tests.integration.jobs.support import postgres_database
-
-    database = nullcontext(f"sqlite:///{tmp_path / 'm.db'}") if backend == "sqlite" else postgres_database()
-    with database as url:
-        command.upgrade(schema.alembic_config(url), "0019")
-        engine = make_engine(url)
-        try:
-            with pytest.raises(SchemaMismatch, match="'0019', behind '0020'; run `tenure db upgrade`"):
-                schema.check_database_at_head(engine)
-        finally:
-            engine.dispose()
+    with _at_revision(backend, tmp_path, "0019") as (url, engine):
+        with pytest.raises(SchemaMismatch, match=f"'0019', behind '{schema.head_revision()}'; run `tenure db upgrade`"):
+            schema.check_database_at_head(engine)
         schema.upgrade(url)
         # A fresh process, as a worker starts: the check passes and never imports Alembic.
         check = (
@@ -174,50 +181,70 @@ def test_revision_0001_holds_the_broker_schema_it_was_written_for() -> None:
 def test_revision_0018_gives_existing_events_their_owner(tmp_path: Path, backend: str) -> None:
     """Events written before revision 0018 get their job's owner (a user's feed reads them by owner), and
     the revision's accounts tables are what accounts' metadata says."""
-    from contextlib import nullcontext
-
-    from alembic import command
     from sqlalchemy import text
 
     import accounts.session_store  # noqa: F401  (their tables join accounts' metadata)
     import accounts.slot_store  # noqa: F401
     from accounts.store import metadata as accounts_metadata
-    from jobs.schema import alembic_config
-    from tests.integration.jobs.support import postgres_database
 
-    database = nullcontext(f"sqlite:///{tmp_path / 'm.db'}") if backend == "sqlite" else postgres_database()
-    with database as url:
-        command.upgrade(alembic_config(url), "0016")
-        engine = make_engine(url)
-        try:
-            with engine.begin() as conn:
-                for job_id, owner in (("j1", "7"), ("j2", "scheduler")):
-                    conn.execute(
-                        text(
-                            "INSERT INTO jobs (id, owner_id, kind, actor_name, queue_name, request_digest, payload, "
-                            "config, priority, status, attempt, max_attempts, timeout_s, safe_to_rerun, run_after, "
-                            "event_seq, created_at, updated_at) VALUES (:id, :owner, 'k', 'a', 'q', 'd', '{}', '{}', "
-                            "0, 'queued', 0, 1, 60, :safe, 0, 1, 0, 0)"
-                        ),
-                        {"id": job_id, "owner": owner, "safe": True},
-                    )
-                    conn.execute(
-                        text(
-                            "INSERT INTO job_events (job_id, sequence, type, data, created_at) "
-                            "VALUES (:id, 1, 'status', '{}', 0)"
-                        ),
-                        {"id": job_id},
-                    )
-            assert schema.upgrade(url) == schema.head_revision()
-            with engine.connect() as conn:
-                owners = dict(conn.execute(text("SELECT job_id, owner_id FROM job_events")).all())
+    with _at_revision(backend, tmp_path, "0016") as (url, engine):
+        with engine.begin() as conn:
+            for job_id, owner in (("j1", "7"), ("j2", "scheduler")):
+                conn.execute(
+                    text(
+                        "INSERT INTO jobs (id, owner_id, kind, actor_name, queue_name, request_digest, payload, "
+                        "config, priority, status, attempt, max_attempts, timeout_s, safe_to_rerun, run_after, "
+                        "event_seq, created_at, updated_at) VALUES (:id, :owner, 'k', 'a', 'q', 'd', '{}', '{}', "
+                        "0, 'queued', 0, 1, 60, :safe, 0, 1, 0, 0)"
+                    ),
+                    {"id": job_id, "owner": owner, "safe": True},
+                )
+                conn.execute(
+                    text(
+                        "INSERT INTO job_events (job_id, sequence, type, data, created_at) "
+                        "VALUES (:id, 1, 'status', '{}', 0)"
+                    ),
+                    {"id": job_id},
+                )
+        assert schema.upgrade(url) == schema.head_revision()
+        with engine.connect() as conn:
+            owners = dict(conn.execute(text("SELECT job_id, owner_id FROM job_events")).all())
 
-                def only_new(obj, name, type_, reflected, compare_to):  # type: ignore[no-untyped-def]
-                    table = name if type_ == "table" else getattr(getattr(obj, "table", None), "name", None)
-                    return table in ("login_sessions", "live_slots")
+            def only_new(obj, name, type_, reflected, compare_to):  # type: ignore[no-untyped-def]
+                table = name if type_ == "table" else getattr(getattr(obj, "table", None), "name", None)
+                return table in ("login_sessions", "live_slots")
 
-                ctx = MigrationContext.configure(conn, opts={"compare_type": True, "include_object": only_new})
-                assert compare_metadata(ctx, accounts_metadata) == []
-        finally:
-            engine.dispose()
+            ctx = MigrationContext.configure(conn, opts={"compare_type": True, "include_object": only_new})
+            assert compare_metadata(ctx, accounts_metadata) == []
     assert owners == {"j1": "7", "j2": "scheduler"}
+
+
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.services)])
+def test_revision_0021_indexes_the_short_words_of_existing_jobs_and_goes_back(tmp_path: Path, backend: str) -> None:
+    """Jobs written before revision 0021 get their pairs of characters outside ASCII in ``job_bigrams``; its
+    downgrade leaves the search triggers of 0020 working."""
+    from alembic import command
+    from sqlalchemy import text
+
+    insert = text(
+        "INSERT INTO jobs (id, owner_id, kind, actor_name, queue_name, resource_id, request_digest, payload, config, "
+        "priority, status, attempt, max_attempts, timeout_s, safe_to_rerun, run_after, event_seq, created_at, "
+        "updated_at) VALUES (:id, 'u', 'k', 'a', 'q', :resource, 'd', '{}', '{}', 0, 'queued', 0, 1, 60, :safe, 0, 1, "
+        ":at, :at)"
+    )
+    job = "job" if backend == "sqlite" else "job_id"
+    rowid = "rowid" if backend == "sqlite" else "id"
+    pairs = text(f"SELECT j.id, b.gram FROM job_bigrams AS b JOIN jobs AS j ON j.{rowid} = b.{job} ORDER BY 1, 2")
+    with _at_revision(backend, tmp_path, "0020") as (url, engine):
+        with engine.begin() as conn:
+            for n, resource in enumerate(("東京", "tokyo")):
+                conn.execute(insert, {"id": f"j{n}", "resource": resource, "safe": True, "at": n})
+        assert schema.upgrade(url) == schema.head_revision()
+        with engine.connect() as conn:
+            assert [tuple(r) for r in conn.execute(pairs)] == [("j0", "\n東"), ("j0", "京\n"), ("j0", "東京")]
+        command.downgrade(schema.alembic_config(url), "0020")
+        with engine.begin() as conn:
+            assert "job_bigrams" not in inspect(conn).get_table_names()
+            conn.execute(insert, {"id": "j2", "resource": "猫", "safe": True, "at": 2})
+            conn.execute(text("UPDATE jobs SET error = 'x' WHERE id = 'j2'"))
+            conn.execute(text("DELETE FROM jobs WHERE id = 'j2'"))

@@ -305,6 +305,59 @@ def test_a_word_of_one_or_two_ascii_characters_is_an_id_prefix_only_on_both_engi
             assert [step.startswith(route) for step in _plan_reads(env, *seen[0])] == [True], (prefix, seen)
 
 
+@pytest.mark.parametrize("common", [False, True], ids=["rare", "common"])
+def test_one_or_two_characters_of_another_script_are_found_through_their_index_on_both_engines(
+    env: JobEnv, monkeypatch: pytest.MonkeyPatch, common: bool
+) -> None:
+    # Given jobs with words of one or two characters outside ASCII: in a resource id at submit, in an error text
+    # written later (and rewritten), and a job in plain ASCII; "common": any match makes a term common (SQLite:
+    # a page compares the newest jobs row by row instead of sorting the index's matches)
+    if common:
+        monkeypatch.setattr(read_store, "WALK_MIN_MATCHES", 1)
+        monkeypatch.setattr(read_store, "WALK_DENSITY", 10**9)
+    env.declare("noop", lambda ctx: None)
+    tokyo = env.submit("noop", resource=("room", "東京"), payload={}).id
+    cafe = env.submit("noop", resource=("room", "ÉTÉ 2"), payload={}).id
+    plain = env.submit("noop", resource=("room", "tokyo"), payload={}).id
+    cat = env.submit("noop", payload={}).id
+    fixed = env.submit("noop", payload={}).id
+    for job_id, error in ((cat, "猫が逃げた"), (fixed, "猫 timeout")):
+        env.sql(
+            "UPDATE jobs SET status = 'failed', completed_at = created_at + 1, error = :e WHERE id = :id",
+            id=job_id,
+            e=error,
+        )
+    env.sql("UPDATE jobs SET error = 'node-7 timeout' WHERE id = :id", id=fixed)
+    deleted = env.submit("noop", resource=("room", "東京"), payload={}).id
+    env.sql("DELETE FROM jobs WHERE id = :id", id=deleted)
+
+    def found(term: str) -> set[str]:
+        where = JobFilter(search=term)
+        page = queries.page_jobs(env.engine, where, owner_id="", is_admin=True, limit=100)
+        assert queries.count_jobs(env.engine, where, owner_id="", is_admin=True) == len(page.items), term
+        return {r.id for r in page.items}
+
+    # Then a pair, a single character (at the start, inside or at the end of a field) and a pair with an ASCII
+    # letter (either case) find exactly the jobs that hold them now
+    assert found("東京") == {tokyo} and found("京") == {tokyo} and found("東") == {tokyo}
+    assert found("猫") == {cat} and found("逃") == {cat} and found("た") == {cat} and found("猫が") == {cat}
+    assert found("ÉT") == found("Ét") == found("É") == {cafe}
+    assert found("京東") == set()
+    # and a page was read from job_bigrams (or a common term's by comparing rows), which holds nothing for a job
+    # in plain ASCII or for a deleted one
+    rowid = "rowid" if env.backend == "sqlite" else "id"
+    with _statements(env, _newest_first_statement) as seen:
+        found("東京")
+    # (PostgreSQL's page first compares the newest jobs row by row, "AS jobs WHERE")
+    indexed = [statement for statement, _ in seen if "AS jobs WHERE" not in statement]
+    compared = common and env.backend == "sqlite"
+    assert indexed and all(("job_bigrams" in s) != compared and ("instr(" in s) == compared for s in indexed), seen
+    job = "job" if env.backend == "sqlite" else "job_id"
+    held = {r[0] for r in env.sql(f"SELECT DISTINCT j.id FROM job_bigrams AS b JOIN jobs AS j ON j.{rowid} = b.{job}")}
+    assert held == {tokyo, cafe, cat} and plain not in held
+    assert env.sql(f"SELECT count(*) FROM job_bigrams WHERE {job} NOT IN (SELECT {rowid} FROM jobs)")[0][0] == 0
+
+
 ERRORS = ("Disk full on NODE-7", "disk read 50% done", "node_7 timeout", "timeout on NODE-7 disk")
 #: Stands for the first six characters of the sixth job's id: a word that is an id prefix too.
 ID_PREFIX = "<id prefix>"
