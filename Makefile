@@ -4,15 +4,14 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
-# Test processes (pytest-xdist): most tests wait on real workers and servers, so two share 2 cores well. Three
-# cut the parallel phase from 660 s to 561–633 s (another day: 874 → 746 s), but under that load a web process
-# once took over 5 s to stop after its worker exited (test_procfile's clean-SIGTERM test failed), and another
-# time a killed web process's live-feed slots (3 s TTL) expired before test_live_limits looked at them; so two
-# until those margins are understood.
+# Test processes (pytest-xdist): most tests wait on real workers and servers, so three share 2 cores well
+# (2026-12-07: the parallel phase took 536 s with two, 453 s with three). Three once made a web process
+# take over 5 s to stop after its worker exited (test_procfile's clean-SIGTERM test) and a killed web process's
+# live-feed slots expire before test_live_limits looked (their TTL is 5 s since); watch those two.
 # Tests marked `exclusive` (wall-clock bounds) run alone first, on a quiet machine: run right after the parallel
 # phase, upstream's "six 100 ms tasks within 0.5 s" once took 0.54 s (suspected: the disk still catching up with
 # the thousands of files that phase wrote and deleted).
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 
 .PHONY: run test install services system-deps test-deps lint clean
 
