@@ -30,7 +30,9 @@ DEFAULTS: dict[str, Any] = {
     "SESSION_COOKIE_SAMESITE": "Lax",
     "REMEMBER_COOKIE_HTTPONLY": True,
     "WTF_CSRF_TIME_LIMIT": None,  # the token lives as long as the session
-    "MAX_CONTENT_LENGTH": 1 * 1024 * 1024,
+    # Every valid submit fits: notify_email's text and html hold up to 100,000 characters each, and a client that
+    # escapes JSON to ASCII (Python's json.dumps does) sends a character outside the BMP as 12 bytes, 2.4 MB.
+    "MAX_CONTENT_LENGTH": 4 * 1024 * 1024,
     "JSON_SORT_KEYS": False,
     #: Live feed (see docs/api.md).
     "LIVE_MAX_CONNECTIONS": 64,

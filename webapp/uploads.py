@@ -71,7 +71,7 @@ def _is_upload_request() -> bool:
 def allow_upload_bodies() -> None:
     """``before_request`` of the app, ahead of anything that reads a form (CSRF): the requests that carry an
     upload may be as large as ``UPLOAD_MAX_BYTES`` plus the envelope; every other body keeps
-    ``MAX_CONTENT_LENGTH`` (1 MiB). A declared length over that is refused before a byte is read."""
+    ``MAX_CONTENT_LENGTH`` (4 MiB). A declared length over that is refused before a byte is read."""
     if not _is_upload_request():
         return
     limit = upload_max_bytes()

@@ -25,9 +25,9 @@ from .conftest import Deployment
 pytestmark = [pytest.mark.slow]
 #: Generated cases per operation and mode.
 MAX_EXAMPLES = 10
-#: Invalid data may also be refused with 413: a body over the API's 1 MiB limit is refused before it is parsed.
-#: A negative case that makes a string longer than its maxLength (up to 100,000 characters; an astral one is
-#: 12 bytes of JSON escapes) can be that large.
+#: Invalid data may also be refused with 413: a body over the API's 4 MiB limit is refused before it is parsed.
+#: A negative case can be that large: one string far past its maxLength in astral characters (12 bytes each as
+#: JSON escapes) once made a body of over 1 MiB, the limit then.
 _REJECTION = SchemathesisConfig().projects.default.checks.negative_data_rejection.expected_statuses
 CONFIG = SchemathesisConfig.from_dict(
     {"checks": {"negative_data_rejection": {"expected-statuses": [*_REJECTION, 413]}}}

@@ -23,10 +23,14 @@ from pathlib import Path
 import httpx
 import pytest
 
+from webapp import DEFAULTS
+
 ROOT = Path(__file__).resolve().parents[2]
 MIB = 1024 * 1024
-#: ``UPLOAD_MAX_BYTES`` of this server (small, so the test sends little).
-UPLOAD_MAX_BYTES = 2 * MIB
+#: The limit of a body that is no upload (``MAX_CONTENT_LENGTH``).
+LIMIT: int = DEFAULTS["MAX_CONTENT_LENGTH"]
+#: ``UPLOAD_MAX_BYTES`` of this server (a little over the body limit, so the test sends little).
+UPLOAD_MAX_BYTES = LIMIT + 2 * MIB
 
 
 @dataclass(frozen=True)
@@ -115,20 +119,20 @@ def _job_body(size: int) -> bytes:
 
 
 def test_a_chunked_json_body_over_the_limit_is_413_with_the_reason(server: Server) -> None:
-    # When a 2 MiB body is sent chunked
-    r = server.post("/api/v1/jobs", _job_body(2 * MIB), "application/json")
+    # When a body of twice the limit is sent chunked
+    r = server.post("/api/v1/jobs", _job_body(2 * LIMIT), "application/json")
     # Then it is refused as too large, never parsed as cut JSON
     assert r.status_code == 413, r.text[:300]
-    assert r.json()["error"] == {"code": "payload_too_large", "message": f"The request body exceeds {MIB} bytes."}
+    assert r.json()["error"] == {"code": "payload_too_large", "message": f"The request body exceeds {LIMIT} bytes."}
 
 
 def test_a_chunked_body_one_byte_over_the_limit_is_refused_and_one_at_the_limit_is_read_whole(
     server: Server,
 ) -> None:
-    over = server.post("/api/v1/jobs", _job_body(MIB + 1), "application/json")
+    over = server.post("/api/v1/jobs", _job_body(LIMIT + 1), "application/json")
     assert over.status_code == 413 and over.json()["error"]["code"] == "payload_too_large"
     # At the limit the whole body is read: the payload is judged (the folder field is too long), not the JSON
-    at = server.post("/api/v1/jobs", _job_body(MIB), "application/json")
+    at = server.post("/api/v1/jobs", _job_body(LIMIT), "application/json")
     assert at.status_code == 422, at.text[:300]
     assert at.json()["error"]["details"].keys() == {"folder"}
     # and a small chunked body is an ordinary request: the job is created
@@ -153,15 +157,15 @@ def _multipart(files: list[tuple[str, bytes]]) -> tuple[bytes, str]:
 
 
 def test_a_chunked_upload_keeps_the_upload_limit(server: Server) -> None:
-    # An upload larger than the 1 MiB body limit, within UPLOAD_MAX_BYTES, sent chunked: stored whole
-    segment = b"FLV\x01" + b"\0" * (int(1.5 * MIB) - 4)
+    # An upload larger than the body limit, within UPLOAD_MAX_BYTES, sent chunked: stored whole
+    segment = b"FLV\x01" + b"\0" * (LIMIT + MIB - 4)
     body, content_type = _multipart([("seg.flv", segment)])
     stored = server.post("/api/v1/uploads", body, content_type)
     assert stored.status_code == 201, stored.text[:300]
     folder = next((server.output_root / "uploads").glob(f"*/{stored.json()['upload_id']}"))
     assert (folder / "seg.flv").read_bytes() == segment
     # Past UPLOAD_MAX_BYTES and its envelope, sent chunked: 413 with the reason, nothing stored
-    huge, content_type = _multipart([("big.flv", b"FLV\x01" + b"\0" * (4 * MIB))])
+    huge, content_type = _multipart([("big.flv", b"FLV\x01" + b"\0" * (UPLOAD_MAX_BYTES + 2 * MIB))])
     refused = server.post("/api/v1/uploads", huge, content_type)
     assert refused.status_code == 413, refused.text[:300]
     assert refused.json()["error"]["code"] == "payload_too_large"
