@@ -31,7 +31,7 @@ down_revision: str | Sequence[str] | None = "0020"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-#: SQLite: the searched text of the row *p* (``new.``, ``old.``, ``jobs.``); ``lower`` folds ASCII letters.
+#: SQLite: the searched text of the row *p* (``new.`` or ``jobs.``); ``lower`` folds ASCII letters.
 _SQLITE_TEXT = (
     "char(10) || lower({p}kind || char(10) || coalesce({p}resource_type, '') || char(10) || "
     "coalesce({p}resource_id, '') || char(10) || coalesce({p}summary, '') || char(10) || "
