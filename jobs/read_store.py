@@ -238,8 +238,9 @@ def _search(conn: Connection, q: str, p: str, *, walk: bool = False) -> tuple[st
         column = "+id" if sqlite and walk else "id"  # walking: the primary key is no index of this search
         return f"({column} >= :{p}id_lo AND {column} < :{p}id_hi)", params
     if len(q) < TRIGRAM and not walk:
-        key, params[f"{p}gram"] = _pairs(sqlite, f"{p}gram"), q
-        return f"({'rowid IN (SELECT job' if sqlite else 'id IN (SELECT job_id'} FROM job_bigrams WHERE {key}))", params
+        params[f"{p}gram"] = q
+        job = "rowid IN (SELECT job" if sqlite else "id IN (SELECT job_id"
+        return f"({job} FROM job_bigrams WHERE {_pairs(sqlite, f'{p}gram')}))", params
     if by_id and sqlite:
         terms.append(f"(id >= :{p}id_lo AND id < :{p}id_hi)")
     if sqlite:

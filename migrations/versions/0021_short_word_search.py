@@ -37,13 +37,13 @@ _SQLITE_TEXT = (
     "coalesce({p}resource_id, '') || char(10) || coalesce({p}summary, '') || char(10) || "
     "coalesce({p}error, '')) || char(10)"
 )
-#: SQLite: whether a row's searched fields hold a character outside ASCII (more bytes than characters).
-_SQLITE_WIDE = (
-    "length(CAST({p}kind || coalesce({p}resource_type, '') || coalesce({p}resource_id, '') || "
-    "coalesce({p}summary, '') || coalesce({p}error, '') AS BLOB)) > length({p}kind || "
-    "coalesce({p}resource_type, '') || coalesce({p}resource_id, '') || coalesce({p}summary, '') || "
-    "coalesce({p}error, ''))"
+#: SQLite: a row's searched fields run together.
+_SQLITE_FIELDS = (
+    "{p}kind || coalesce({p}resource_type, '') || coalesce({p}resource_id, '') || coalesce({p}summary, '') || "
+    "coalesce({p}error, '')"
 )
+#: SQLite: whether a row's searched fields hold a character outside ASCII (more bytes than characters).
+_SQLITE_WIDE = f"length(CAST({_SQLITE_FIELDS} AS BLOB)) > length({_SQLITE_FIELDS})"
 
 
 def _sqlite_fill(p: str, source: str) -> str:
