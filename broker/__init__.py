@@ -1,7 +1,8 @@
-"""Tenure's Dramatiq broker on SQLite leases (usable alone by any Dramatiq project).
+"""Tenure's Dramatiq brokers on SQLite and PostgreSQL leases (usable alone by any Dramatiq project).
 
 from broker import SQLiteBroker
 dramatiq.set_broker(SQLiteBroker("sqlite:///var/tenure.db"))
+# or, on PostgreSQL (psycopg 3): from broker.postgres import PostgresBroker
 """
 
 from .errors import DatabaseUnavailable, UnsupportedDatabase

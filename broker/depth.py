@@ -37,7 +37,7 @@ from typing import Any
 from dramatiq.common import current_millis, dq_name, xq_name
 
 #: Broker kinds :func:`broker_kind` tells apart.
-SQLITE, REDIS, RABBITMQ = "sqlite", "redis", "rabbitmq"
+SQLITE, POSTGRES, REDIS, RABBITMQ = "sqlite", "postgres", "redis", "rabbitmq"
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ class QueueDepth:
 
 
 def broker_kind(broker: Any) -> str | None:
-    """``sqlite``, ``redis``, ``rabbitmq``, or ``None`` for a broker whose counters are unknown here."""
+    """``sqlite``, ``postgres``, ``redis``, ``rabbitmq``, or ``None`` for a broker whose counters are unknown here."""
     from .sqlite import SQLiteBroker
 
     if isinstance(broker, SQLiteBroker):
@@ -74,6 +74,8 @@ def broker_kind(broker: Any) -> str | None:
     # By class, not by instance checks, so the optional client libraries are never imported here; a
     # subclass (the default Redis broker, broker.redis_heartbeat) counts as the broker it extends.
     modules = [cls.__module__ for cls in type(broker).__mro__]
+    if "broker.postgres" in modules:
+        return POSTGRES
     if any(m.startswith("dramatiq.brokers.redis") for m in modules):
         return REDIS
     if any(m.startswith("dramatiq.brokers.rabbitmq") for m in modules):
@@ -97,6 +99,8 @@ def queue_depths(broker: Any, *, clock: Callable[[], int] = current_millis) -> l
     kind = broker_kind(broker)
     if kind == SQLITE:
         return _sqlite_depths(broker, clock())
+    if kind == POSTGRES:
+        return _postgres_depths(broker, clock())
     if kind == REDIS:
         return _redis_depths(broker, clock())
     if kind == RABBITMQ:
@@ -133,6 +137,17 @@ def _sqlite_depths(broker: Any, now: int) -> list[QueueDepth]:
     }
     for q in _canonical_queues(broker):  # declared here, no message yet
         depths.setdefault(q, QueueDepth(q, 0, 0, 0, 0, 0, consumers.get(q, 0)))
+    return [depths[q] for q in sorted(depths)]
+
+
+def _postgres_depths(broker: Any, now: int) -> list[QueueDepth]:
+    # No registry of consumer processes (the SQLite broker's broker_processes): consumers are unknown.
+    depths = {
+        s.queue: QueueDepth(s.queue, s.ready, s.delayed, s.leased, s.dead, s.oldest_ready_age_ms or 0, None)
+        for s in broker.stats()
+    }
+    for q in _canonical_queues(broker):
+        depths.setdefault(q, QueueDepth(q, 0, 0, 0, 0, 0, None))
     return [depths[q] for q in sorted(depths)]
 
 

@@ -1,6 +1,6 @@
-"""Choose a Dramatiq broker from a URL: the SQLite default, Redis (Dramatiq's broker plus a heartbeat
-thread, :mod:`broker.redis_heartbeat`, and wake-ups, :mod:`broker.redis_wakeup`) or RabbitMQ (Dramatiq's
-broker stamping publish times, :mod:`broker.rabbitmq`)."""
+"""Choose a Dramatiq broker from a URL: the SQLite default, PostgreSQL (:mod:`broker.postgres`), Redis
+(Dramatiq's broker plus a heartbeat thread, :mod:`broker.redis_heartbeat`, and wake-ups,
+:mod:`broker.redis_wakeup`) or RabbitMQ (Dramatiq's broker stamping publish times, :mod:`broker.rabbitmq`)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ def make_broker(
 ) -> Broker:
     """Build the broker for *url*.
 
-    ``sqlite:///path`` → :class:`broker.SQLiteBroker`; ``redis://…`` →
+    ``sqlite:///path`` → :class:`broker.SQLiteBroker`; ``postgresql://…`` (or ``postgres://``) →
+    :class:`broker.postgres.PostgresBroker` (leased rows in that database); ``redis://…`` →
     :class:`broker.redis_wakeup.WakingRedisBroker` (a dead consumer's messages are back within
     ``heartbeat_timeout``, default 5 s, plus a second; an idle consumer wakes within milliseconds of an
     enqueue); ``amqp://…`` →
@@ -37,6 +38,10 @@ def make_broker(
         from .sqlite import SQLiteBroker
 
         return SQLiteBroker(url, middleware, **options)
+    if scheme.split("+", 1)[0] in ("postgresql", "postgres"):
+        from .postgres import PostgresBroker
+
+        return PostgresBroker(url, middleware, **options)
     if scheme in ("redis", "rediss"):
         from .redis_wakeup import WakingRedisBroker
 
@@ -47,4 +52,4 @@ def make_broker(
         return TimestampedRabbitmqBroker(
             url=url, middleware=middleware, management_url=rabbitmq_management_url, **options
         )
-    raise ValueError(f"unsupported broker URL scheme {scheme!r}: use sqlite://, redis:// or amqp://")
+    raise ValueError(f"unsupported broker URL scheme {scheme!r}: use sqlite://, postgresql://, redis:// or amqp://")

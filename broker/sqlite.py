@@ -19,9 +19,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from dramatiq.broker import Broker
-from dramatiq.common import current_millis, dq_name, q_name
-from dramatiq.errors import DecodeError, QueueJoinTimeout, QueueNotFound
+from dramatiq.common import current_millis, q_name
+from dramatiq.errors import DecodeError, QueueNotFound
 from dramatiq.message import Message
 from dramatiq.middleware import Middleware, SkipMessage
 
@@ -30,6 +29,17 @@ from .checkpoints import WalCheckpointer
 from .connection import SQLiteTarget, parse_sqlite_url
 from .consumer import PrefetchSlots, SQLiteMessageProxy, _SQLiteConsumer
 from .errors import UnsupportedDatabase
+from .leased import (
+    DEFAULT_DEAD_MESSAGE_TTL_MS,
+    DEFAULT_LEASE_TTL_MS,
+    DEFAULT_MAX_DELIVERIES,
+    DEFAULT_REAP_INTERVAL_S,
+    MAX_CLAIM_BATCH,
+    LeaseBroker,
+    after_fork,
+    check_lease_options,
+    dead_letter_body,
+)
 from .leases import LeaseKeeper
 from .store import DeadLetter, DeadMatch, MessageStore, QueueStats
 from .wakeup import Listener, LocalWaiters, Nudger, namespace_for
@@ -39,22 +49,8 @@ logger = logging.getLogger(__name__)
 
 #: Default database location, relative to the working directory.
 DEFAULT_URL = "sqlite:///var/tenure.db"
-#: How long a delivery stays leased without a heartbeat, in milliseconds.
-DEFAULT_LEASE_TTL_MS = 30_000
-#: Shortest lease TTL accepted, in milliseconds (heartbeats run at a third of it).
-MIN_LEASE_TTL_MS = 1_000
-#: Redeliveries after which a message is dead-lettered as poison.
-DEFAULT_MAX_DELIVERIES = 10
-#: How long dead letters are kept, in milliseconds (7 days, as Dramatiq's other brokers).
-DEFAULT_DEAD_MESSAGE_TTL_MS = 7 * 24 * 3600 * 1000
-#: Upper bound of rows leased by one claim transaction.
-MAX_CLAIM_BATCH = 256
-#: How often expired leases are reclaimed (inside claims and by the keeper), in seconds.
-DEFAULT_REAP_INTERVAL_S = 1.0
 #: A second SIGTERM within this many seconds of the first is the same stop request, not "kill now".
 REPEATED_SIGTERM_WINDOW_S = 2.0
-#: How often ``join`` re-checks the database, in seconds.
-JOIN_POLL_S = 0.005
 
 
 @dataclass
@@ -64,7 +60,7 @@ class _Held:
     started: bool = False
 
 
-class SQLiteBroker(Broker):
+class SQLiteBroker(LeaseBroker):
     """A Dramatiq broker storing messages as leased rows in a SQLite file (WAL mode).
 
     Delivery is at least once: a consumer process leases rows, renews the leases while it holds
@@ -101,13 +97,10 @@ class SQLiteBroker(Broker):
         busy_timeout_ms: int = 30_000,
         reap_interval_s: float = DEFAULT_REAP_INTERVAL_S,
     ) -> None:
-        if lease_ttl_ms < MIN_LEASE_TTL_MS:
-            raise ValueError(f"lease_ttl_ms must be at least {MIN_LEASE_TTL_MS} ms, got {lease_ttl_ms}")
+        check_lease_options(lease_ttl_ms, max_deliveries)
         synchronous = synchronous.upper()
         if synchronous not in ("NORMAL", "FULL"):
             raise ValueError(f"synchronous must be NORMAL or FULL, got {synchronous!r}")
-        if max_deliveries < 1:
-            raise ValueError("max_deliveries must be at least 1")
         super().__init__(middleware)
         self.queues: set[str] = set()  # type: ignore[assignment]
         self.url = url
@@ -129,7 +122,7 @@ class SQLiteBroker(Broker):
         self._schema_lock = threading.Lock()
         self._schema_ready = False
         self._schema_pid = -1
-        _after_fork_registry.add(self)
+        after_fork.add(self)
 
     # -- process-local state (regenerated after fork) ----------------------------------------------
     def _init_process_state(self) -> None:
@@ -271,16 +264,6 @@ class SQLiteBroker(Broker):
         on_sigterm._tenure_wrapped = True  # type: ignore[attr-defined]
         signal.signal(signal.SIGTERM, on_sigterm)
 
-    def declare_queue(self, queue_name: str) -> None:
-        if queue_name in self.queues:
-            return
-        self.emit_before("declare_queue", queue_name)
-        self.queues.add(queue_name)
-        self.emit_after("declare_queue", queue_name)
-        delayed = dq_name(queue_name)
-        self.delay_queues.add(delayed)
-        self.emit_after("declare_delay_queue", delayed)
-
     def consume(self, queue_name: str, prefetch: int = 1, timeout: int = 30000) -> _SQLiteConsumer:
         if queue_name not in self.queues and queue_name not in self.delay_queues:
             raise QueueNotFound(queue_name)
@@ -307,42 +290,9 @@ class SQLiteBroker(Broker):
           QueueNotFound: The queue was never declared.
           ConnectionClosed: The database is unavailable.
         """
-        canonical = q_name(message.queue_name)
-        if canonical not in self.queues:
-            raise QueueNotFound(message.queue_name)
-        now = current_millis()
-        options = dict(message.options)
-        eta = options.pop("eta", None)
-        if delay is not None:
-            eta = now + int(delay)
-            returned = message.copy(queue_name=dq_name(canonical), options={"eta": eta})
-        else:
-            returned = message
-        if not isinstance(eta, int | float):
-            eta = now
-        if canonical == message.queue_name and "eta" not in message.options:
-            stored: Any = message  # already in stored shape: no second Message to build and encode
-        else:
-            stored = Message(
-                queue_name=canonical,
-                actor_name=message.actor_name,
-                args=message.args,
-                kwargs=message.kwargs,
-                options=options,
-                message_id=message.message_id,
-                message_timestamp=message.message_timestamp,
-            )
-        priority = -int(options.get("broker_priority", 0) or 0)
+        enqueued = self._enqueued(message, delay)
+        canonical, returned, row = enqueued.queue, enqueued.returned, enqueued.row()
         self.emit_before("enqueue", returned, delay)
-        row = {
-            "queue": canonical,
-            "message_id": message.message_id,
-            "actor": message.actor_name,
-            "priority": priority,
-            "eta": int(eta),
-            "enqueued_at": now,
-            "body": stored.encode(),
-        }
         if connection is None:
             self._ready()
             self.store.insert_autocommit(**row)
@@ -358,20 +308,10 @@ class SQLiteBroker(Broker):
         self.emit_after("enqueue", returned, delay)
         return returned
 
-    def get_declared_queues(self) -> set[str]:
-        return self.queues.copy()
-
-    def get_declared_delay_queues(self) -> set[str]:
-        return self.delay_queues.copy()
-
     def flush(self, queue_name: str) -> None:
         self._ready()
         with self.store.write() as conn:
             self.store.queue_flush(conn, q_name(queue_name))
-
-    def flush_all(self) -> None:
-        for queue_name in self.queues:
-            self.flush(queue_name)
 
     def join(self, queue_name: str, *, timeout: int | None = None) -> None:
         """Wait until *queue_name* has no ready, delayed or leased messages (a test helper).
@@ -380,20 +320,17 @@ class SQLiteBroker(Broker):
           QueueJoinTimeout: When ``timeout`` (ms) elapses first.
           QueueNotFound: When the queue was never declared.
         """
-        canonical = q_name(queue_name)
-        if canonical not in self.queues:
-            raise QueueNotFound(queue_name)
-        self._ready()
-        deadline = None if timeout is None else time.monotonic() + timeout / 1000
-        while True:
+
+        def flush() -> None:
             if self._acks is not None:
                 self._acks.flush(5.0)
+
+        def pending(queue: str) -> int:
+            self._ready()
             with self.store.read() as conn:
-                if self.store.queue_pending_count(conn, canonical) == 0:
-                    return
-            if deadline is not None and time.monotonic() >= deadline:
-                raise QueueJoinTimeout(queue_name)
-            time.sleep(JOIN_POLL_S)
+                return self.store.queue_pending_count(conn, queue)
+
+        self._join(queue_name, timeout, flush=flush, pending=pending)
 
     def close(self) -> None:
         """Stop this process's threads: release unstarted deliveries, commit acks, leave the rest.
@@ -693,11 +630,7 @@ class SQLiteBroker(Broker):
         if dead:
             exc = message._exception
             reason = f"nack: {type(exc).__name__}: {exc}"[:500] if exc else "nack"
-            stored = message._message
-            if "eta" in stored.options:
-                options = {k: v for k, v in stored.options.items() if k != "eta"}
-                stored = dataclasses.replace(stored, options=options)
-            body = stored.encode()
+            body = dead_letter_body(message._message)
         if self._acks is None:
             self._ensure_consumer_services(message.queue_name)
         assert self._acks is not None
@@ -894,20 +827,5 @@ class _CommitWatcher:
             del broker
             time.sleep(0.001)
 
-
-class _AfterForkRegistry:
-    def __init__(self) -> None:
-        self._brokers: weakref.WeakSet[SQLiteBroker] = weakref.WeakSet()
-        os.register_at_fork(after_in_child=self._after_fork)
-
-    def add(self, broker: SQLiteBroker) -> None:
-        self._brokers.add(broker)
-
-    def _after_fork(self) -> None:
-        for broker in list(self._brokers):
-            broker._after_fork_in_child()
-
-
-_after_fork_registry = _AfterForkRegistry()
 
 __all__ = ["SQLiteBroker", "DEFAULT_URL"]

@@ -1,15 +1,17 @@
 """Getting a job's message to the broker in the same transaction as the job's status change.
 
-When the broker is :class:`broker.SQLiteBroker` on the same file as the job records, the message
-row is inserted inside the job transaction (``broker.enqueue(…, connection=conn)``): the job and its
-message commit or roll back together. With any other broker the transaction writes an ``outbox``
-row instead and :mod:`jobs.outbox` publishes it after commit (at least once; the message id is fixed
-when the row is written, so a re-publish is a duplicate delivery the guarded claim ignores).
+When the broker keeps its messages in the job database — :class:`broker.SQLiteBroker` on the same
+file, :class:`broker.postgres.PostgresBroker` on the same PostgreSQL database — the message row is
+inserted inside the job transaction (``broker.enqueue(…, connection=conn)``): the job and its message
+commit or roll back together. With Redis or RabbitMQ the transaction writes an ``outbox`` row instead
+and :mod:`jobs.outbox` publishes it after commit (at least once; the message id is fixed when the row
+is written, so a re-publish is a duplicate delivery the guarded claim ignores).
 """
 
 from __future__ import annotations
 
 import sqlite3
+import sys
 import uuid
 from typing import Any
 
@@ -82,6 +84,30 @@ def same_sqlite_file(conn: Connection | sqlite3.Connection, broker: Broker) -> b
     return same_file(database, broker.target.path)
 
 
+def _postgres_broker(broker: Broker) -> Any:
+    """*broker* if it is a :class:`broker.postgres.PostgresBroker`, else None. psycopg is optional (a SQLite
+    deployment never installs it): a process that never imported the module cannot have built one."""
+    module = sys.modules.get("broker.postgres")
+    return broker if module is not None and isinstance(broker, module.PostgresBroker) else None
+
+
+def same_postgres_database(conn: Connection | sqlite3.Connection, broker: Broker) -> bool:
+    """Whether *broker* is the PostgreSQL broker on the database *conn* is connected to."""
+    if _postgres_broker(broker) is None or isinstance(conn, sqlite3.Connection):
+        return False
+    if conn.dialect.name != "postgresql":
+        return False
+    from broker.postgres import raw_psycopg_connection, same_database
+
+    return same_database(raw_psycopg_connection(conn), broker.target)  # type: ignore[attr-defined]
+
+
+def in_job_database(conn: Connection | sqlite3.Connection, broker: Broker) -> bool:
+    """Whether *broker* writes its messages in the job database *conn* is connected to, so that a message
+    can join the job's own transaction."""
+    return same_sqlite_file(conn, broker) or same_postgres_database(conn, broker)
+
+
 def publish_in_transaction(
     conn: Connection | sqlite3.Connection,
     broker: Broker,
@@ -102,13 +128,13 @@ def publish_in_transaction(
     *trace_context*: the job's stored trace context, for a message written outside any span.
 
     Raises:
-      dramatiq.errors.QueueNotFound: The SQLite broker has not declared the queue (call
+      dramatiq.errors.QueueNotFound: The SQLite or PostgreSQL broker has not declared the queue (call
         :func:`prepare_broker` before opening the transaction).
     """
     message = job_message(
         job_id, actor_name, queue_name, priority=priority, trace_context=trace_context, limits=limits, ahead=ahead
     )
-    if same_sqlite_file(conn, broker):
+    if in_job_database(conn, broker):
         broker.enqueue(message, delay=delay_ms if delay_ms > 0 else None, connection=conn)
     else:
         store.outbox_insert(
@@ -135,11 +161,10 @@ def prepare_broker(broker: Broker, queue_name: str | None = None) -> None:
 
     The SQLite broker checks its schema on first use in a process with its own write transaction;
     inside ours (which holds SQLite's write lock) that would wait for ourselves until the busy
-    timeout. So the check is forced here, outside any transaction.
+    timeout. So the check is forced here, outside any transaction (the PostgreSQL broker's too: a
+    schema created inside the caller's transaction would roll back with it).
     """
-    if isinstance(broker, SQLiteBroker):
+    if isinstance(broker, SQLiteBroker) or _postgres_broker(broker) is not None:
         if queue_name is not None:
             broker.declare_queue(queue_name)
-        ready = getattr(broker, "_ready", None)
-        if ready is not None:
-            ready()
+        broker._ready()  # type: ignore[attr-defined]

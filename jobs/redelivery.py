@@ -28,7 +28,7 @@ from broker.depth import queue_depths
 
 from . import admission_store, db, store
 from .admission_store import HeldJob
-from .publish import publish_in_transaction, same_sqlite_file
+from .publish import in_job_database, publish_in_transaction
 
 logger = logging.getLogger(__name__)
 
@@ -38,8 +38,8 @@ def republish_lost(engine: Engine, broker: Broker, *, min_age_ms: int, now: int 
 
     Parameters:
       engine: The job database.
-      broker: The deployment's broker (a SQLite broker on the job file writes messages in the jobs'
-        own transactions: nothing to do).
+      broker: The deployment's broker (a broker on the job database — SQLite or PostgreSQL — writes
+        messages in the jobs' own transactions: nothing to do).
       min_age_ms: Only jobs admitted at least this long ago (the job lease TTL).
       now: Injected clock, for tests.
     """
@@ -47,7 +47,7 @@ def republish_lost(engine: Engine, broker: Broker, *, min_age_ms: int, now: int 
     now = store.now_ms() if now is None else now
     republished = 0
     with db.write(engine) as tx:
-        if same_sqlite_file(tx.conn, broker):
+        if in_job_database(tx.conn, broker):
             return 0
         tx.broker = broker
         for queue, expected in admission_store.messages_expected(tx.conn, store.WORKFLOW_WORKER).items():

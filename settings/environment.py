@@ -132,6 +132,28 @@ def _scheme(url: str) -> str:
     return url.split(":", 1)[0].split("+", 1)[0].lower()
 
 
+def _without_password(url: str) -> str:
+    """*url* for an error message: its password, if any, replaced by ``***``."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return parts._replace(netloc=netloc).geturl()
+
+
+def _same_postgres_database(a: str, b: str) -> bool:
+    """Whether PostgreSQL URLs *a* and *b* name one database (host, port, database name)."""
+    if _scheme(b) not in ("postgresql", "postgres"):
+        return False
+
+    def where(url: str) -> tuple[str, int, str]:
+        parts = urlsplit(url)
+        host = parts.hostname or "localhost"
+        return ("127.0.0.1" if host in ("localhost", "::1") else host, parts.port or 5432, parts.path.lstrip("/"))
+
+    return where(a) == where(b)
+
+
 def _management_url(url: str, broker_url: str) -> str:
     """``TENURE_RABBITMQ_MANAGEMENT_URL``, checked; the error messages never repeat it (it may hold a password)."""
     name = "TENURE_RABBITMQ_MANAGEMENT_URL"
@@ -161,7 +183,7 @@ class Settings:
         depth reads the messages in flight and the lag (``broker.depth``); unset, those are unknown.
         Without credentials in it, the broker URL's are used. Only with an ``amqp://`` broker.
       job_lease_ttl_s: A running job's lease; a worker renews it every third of it.
-      broker_lease_ttl_s: The SQLite broker's message lease.
+      broker_lease_ttl_s: The SQLite and PostgreSQL brokers' message lease.
       job_timeout_s: Default per-attempt time limit of new jobs.
       max_attempts: Default attempts of new jobs.
       output_root: Root of per-attempt output files (snapshotted into each job's config).
@@ -302,11 +324,22 @@ class Settings:
             if _scheme(database_url) != "sqlite":
                 raise SettingsError(
                     "TENURE_BROKER_URL is required when TENURE_DATABASE_URL is not SQLite "
-                    "(redis://… or amqp://…; the SQLite broker needs the SQLite database)"
+                    "(redis://…, amqp://… or the job database's postgresql://…; the SQLite broker needs the SQLite "
+                    "database)"
                 )
             broker_url = database_url
-        if _scheme(broker_url) not in ("sqlite", "redis", "rediss", "amqp", "amqps"):
-            raise SettingsError(f"TENURE_BROKER_URL={broker_url!r}: use sqlite:///…, redis://… or amqp://…")
+        if _scheme(broker_url) not in ("sqlite", "redis", "rediss", "amqp", "amqps", "postgresql", "postgres"):
+            raise SettingsError(
+                f"TENURE_BROKER_URL={_without_password(broker_url)!r}: "
+                "use sqlite:///…, redis://…, amqp://… or postgresql://…"
+            )
+        if _scheme(broker_url) in ("postgresql", "postgres") and not _same_postgres_database(broker_url, database_url):
+            # The PostgreSQL broker's point is the job and its message in one transaction: its messages must
+            # live in the job database.
+            raise SettingsError(
+                f"TENURE_BROKER_URL={_without_password(broker_url)!r}: the PostgreSQL broker needs the job database "
+                "(TENURE_DATABASE_URL must name the same PostgreSQL database)"
+            )
         if _scheme(broker_url) == "sqlite" and _scheme(database_url) != "sqlite":
             # It would run (through the outbox relay), but it keeps every worker on the broker file's
             # machine and loses the one-transaction enqueue: none of what PostgreSQL is chosen for.

@@ -51,14 +51,15 @@ _composed: Composition | None = None
 
 
 def build_broker(settings: Settings) -> Broker:
-    """The broker of ``settings.broker_url``: the SQLite lease broker, or Redis/RabbitMQ (:func:`broker.make_broker`;
-    RabbitMQ with ``settings.rabbitmq_management_url``)."""
+    """The broker of ``settings.broker_url``: the SQLite or PostgreSQL lease broker (with the settings' lease
+    TTL), or Redis/RabbitMQ (:func:`broker.make_broker`; RabbitMQ with ``settings.rabbitmq_management_url``)."""
+    lease_ttl_ms = int(settings.broker_lease_ttl_s * 1000)
     if settings.broker_url.startswith("sqlite"):
         return SQLiteBroker(
-            settings.broker_url,
-            lease_ttl_ms=int(settings.broker_lease_ttl_s * 1000),
-            busy_timeout_ms=settings.sqlite_busy_timeout_ms,
+            settings.broker_url, lease_ttl_ms=lease_ttl_ms, busy_timeout_ms=settings.sqlite_busy_timeout_ms
         )
+    if settings.broker_url.startswith("postgres"):
+        return make_broker(settings.broker_url, lease_ttl_ms=lease_ttl_ms)
     return make_broker(settings.broker_url, rabbitmq_management_url=settings.rabbitmq_management_url)
 
 

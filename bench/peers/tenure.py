@@ -3,8 +3,9 @@
 A variant names its job database and broker as templates filled in per round — ``{sqlite}``: a fresh file in the
 round's directory; ``{postgresql}``: a fresh PostgreSQL database; ``{redis}``: the benchmark's Redis database;
 ``{amqp}``: RabbitMQ (the round's queue names are unique); an empty broker URL is the default deployment's SQLite
-broker on the job file — and says whether ``tenure relay`` runs beside the workers (as ``Procfile.fleet`` runs it,
-for the whole round). ``env`` is added to every Tenure process's environment (worker, relay, producer) and
+broker on the job file, and ``{postgresql}`` as the broker the PostgreSQL broker on the job database — and says
+whether ``tenure relay`` runs beside the workers (as ``Procfile.fleet`` runs it, for the whole round).
+``env`` is added to every Tenure process's environment (worker, relay, producer) and
 ``kind_options`` to the benchmark kind's declaration (:mod:`bench.peers.apps.tenure_app`): the hooks a variant
 with other settings (fairness, concurrency limits, another fleet path) needs, without touching the peers.
 
@@ -64,6 +65,16 @@ VARIANTS: tuple[TenureVariant, ...] = (
         "{postgresql}",
         "{amqp}",
         relay=True,
+        env=LIMITS_ON,
+    ),
+    # Jobs and messages in one PostgreSQL database (broker.postgres): no outbox, no relay.
+    TenureVariant(
+        "tenure-pg",
+        "Tenure, PostgreSQL (broker in the job database)",
+        "tenure-fleet",
+        "{postgresql}",
+        "{postgresql}",
+        relay=False,
         env=LIMITS_ON,
     ),
 )

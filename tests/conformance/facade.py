@@ -1,4 +1,4 @@
-"""A thin test facade over SQLiteBroker with the StubBroker-only helpers Dramatiq's tests use.
+"""Thin test facades over Tenure's brokers with the StubBroker-only helpers Dramatiq's tests use.
 
 Dramatiq's generic tests are written against ``StubBroker``: they call ``join(queue, fail_fast=…)``
 and read ``dead_letters``. This facade adds exactly those, recording dead letters in-process when
@@ -15,14 +15,19 @@ from dramatiq.common import q_name
 
 from broker import SQLiteBroker
 from broker.consumer import SQLiteMessageProxy
+from broker.postgres import PostgresBroker, PostgresMessageProxy
 
 
 class _FacadeProxy(SQLiteMessageProxy, _StubMessageProxy):
     pass
 
 
-class SQLiteTestBroker(SQLiteBroker):
-    proxy_class = _FacadeProxy
+class _PostgresFacadeProxy(PostgresMessageProxy, _StubMessageProxy):
+    pass
+
+
+class _StubHelpers:
+    """``join(…, fail_fast=…)`` and ``dead_letters``, over any broker with ``_settle(message, dead=…)``."""
 
     def __init__(self, *args, fail_fast_default: bool = True, **kwargs) -> None:  # type: ignore[no-untyped-def]
         super().__init__(*args, **kwargs)
@@ -44,8 +49,16 @@ class SQLiteTestBroker(SQLiteBroker):
             letters.clear()
 
     def join(self, queue_name: str, *, timeout: int | None = None, fail_fast: bool | None = None) -> None:
-        super().join(queue_name, timeout=timeout)
+        super().join(queue_name, timeout=timeout)  # type: ignore[misc]
         should_fail_fast = self.fail_fast_default if fail_fast is None else fail_fast
         if should_fail_fast:
             for message in self.dead_letters_by_queue[q_name(queue_name)]:
                 raise (message._exception or Exception("Message failed with unknown error")) from None
+
+
+class SQLiteTestBroker(_StubHelpers, SQLiteBroker):
+    proxy_class = _FacadeProxy
+
+
+class PostgresTestBroker(_StubHelpers, PostgresBroker):
+    proxy_class = _PostgresFacadeProxy

@@ -1,14 +1,18 @@
-"""conftest.py for Dramatiq's own test modules, run against Tenure's SQLiteBroker.
+"""conftest.py for Dramatiq's own test modules, run against Tenure's brokers.
 
 Copied next to the upstream test files (fetched from the pinned sdist at test time) as
-``conftest.py``. The ``stub_broker`` fixture returns a SQLite broker on a fresh file; result and
-rate-limiter backends are parametrized over Tenure's SQLite backends and Dramatiq's stub ones.
+``conftest.py``. The ``stub_broker`` fixture returns the broker ``TENURE_CONFORMANCE_BROKER`` names:
+``sqlite`` (default), a SQLite broker on a fresh file; ``postgres``, a PostgreSQL broker on a database of
+this test process's own (created by the first test, emptied before each test, dropped at the end), under
+the server ``TENURE_CONFORMANCE_POSTGRES_URL`` names. Result and rate-limiter backends are parametrized
+over Tenure's SQLite backends and Dramatiq's stub ones.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import uuid
 
 import dramatiq
 import pytest
@@ -17,7 +21,7 @@ from dramatiq.encoder import PickleEncoder
 from dramatiq.rate_limits.backends import StubBackend as StubRateLimiterBackend
 from dramatiq.results.backends import RedisBackend, StubBackend
 
-from tests.conformance.facade import SQLiteTestBroker
+from tests.conformance.facade import PostgresTestBroker, SQLiteTestBroker
 
 logfmt = "[%(asctime)s] [%(threadName)s] [%(name)s] [%(levelname)s] %(message)s"
 logging.basicConfig(level=logging.INFO, format=logfmt)
@@ -34,9 +38,38 @@ def _sqlite_backends():
     return SQLiteResultBackend, SQLiteRateLimiterBackend
 
 
-@pytest.fixture()
-def stub_broker(tmp_path):
-    broker = SQLiteTestBroker(f"sqlite:///{tmp_path}/conformance.db", lease_ttl_ms=10_000)
+BROKER = os.environ.get("TENURE_CONFORMANCE_BROKER", "sqlite")
+POSTGRES_URL = os.environ.get("TENURE_CONFORMANCE_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+
+@pytest.fixture(scope="session")
+def postgres_broker_url():
+    import psycopg
+
+    name = f"tenure_conformance_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    yield POSTGRES_URL.rsplit("/", 1)[0] + f"/{name}"
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _new_broker(tmp_path, request):
+    if BROKER == "postgres":
+        url = request.getfixturevalue("postgres_broker_url")
+        broker = PostgresTestBroker(url, lease_ttl_ms=10_000)
+        broker.ensure_schema()
+        with broker._transaction() as conn:
+            conn.execute("TRUNCATE pgbroker_messages")
+        return broker
+    return SQLiteTestBroker(f"sqlite:///{tmp_path}/conformance.db", lease_ttl_ms=10_000)
+
+
+# Autouse: a test that never asks for it (``test_queue_item_order`` declares actors on the global broker) still
+# gets a broker of its own, whichever tests ran before it in the same process.
+@pytest.fixture(autouse=True)
+def stub_broker(tmp_path, request):
+    broker = _new_broker(tmp_path, request)
     broker.emit_after("process_boot")
     dramatiq.set_broker(broker)
     yield broker

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -31,6 +30,7 @@ import broker.connection
 from broker import DeadMatch, SQLiteBroker, UnsupportedDatabase
 from broker.consumer import SQLiteMessageProxy
 from broker.leases import WAL_CHECKPOINT_BYTES
+from tests.integration.forking import run_forked
 
 REPO = Path(__file__).resolve().parents[2]
 QUEUE = "work"
@@ -546,39 +546,20 @@ def test_a_forked_child_uses_the_broker_with_its_own_connections_and_owner(
     consumer = sqlite_broker.consume(QUEUE, prefetch=1, timeout=100)
     consumer.ack(next_message(consumer))
     sqlite_broker.join(QUEUE, timeout=10_000)
-    read_end, write_end = os.pipe()
 
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child reports through the pipe
-        status = 1
-        try:
-            os.close(read_end)
-            sent = sqlite_broker.enqueue(msg(1))
-            child_consumer = sqlite_broker.consume(QUEUE, prefetch=1, timeout=100)
-            got = next_message(child_consumer, timeout_s=10)
-            leased_by = row(sqlite_path, got._row_id)
-            child_consumer.ack(got)
-            sqlite_broker.join(QUEUE, timeout=10_000)
-            ok = got.message_id == sent.message_id and leased_by is not None
-            os.write(write_end, f"{sqlite_broker.owner}|{leased_by[1] if leased_by else ''}|{ok}".encode())
-            sqlite_broker.close()
-            status = 0
-        finally:
-            os._exit(status)
+    def child() -> str:
+        sent = sqlite_broker.enqueue(msg(1))
+        child_consumer = sqlite_broker.consume(QUEUE, prefetch=1, timeout=100)
+        got = next_message(child_consumer, timeout_s=10)
+        leased_by = row(sqlite_path, got._row_id)
+        child_consumer.ack(got)
+        sqlite_broker.join(QUEUE, timeout=10_000)
+        ok = got.message_id == sent.message_id and leased_by is not None
+        report = f"{sqlite_broker.owner}|{leased_by[1] if leased_by else ''}|{ok}"
+        sqlite_broker.close()
+        return report
 
-    os.close(write_end)
-    try:
-        deadline = time.monotonic() + 30
-        while (done := os.waitpid(pid, os.WNOHANG))[0] == 0:
-            assert time.monotonic() < deadline, "forked child hung"
-            time.sleep(0.01)
-        report = os.read(read_end, 4096).decode()
-    finally:
-        os.close(read_end)
-        if done[0] == 0:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(done[1]) == 0, report
+    report = run_forked(child)
     child_owner, leased_by, ok = report.split("|")
     assert ok == "True"
     assert child_owner == leased_by != sqlite_broker.owner

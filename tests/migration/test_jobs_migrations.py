@@ -248,3 +248,53 @@ def test_revision_0021_indexes_the_short_words_of_existing_jobs_and_goes_back(tm
             conn.execute(insert, {"id": "j2", "resource": "猫", "safe": True, "at": 2})
             conn.execute(text("UPDATE jobs SET error = 'x' WHERE id = 'j2'"))
             conn.execute(text("DELETE FROM jobs WHERE id = 'j2'"))
+
+
+def _pgbroker_catalog(url: str) -> dict[str, list[str]]:
+    """The PostgreSQL broker's columns, indexes, constraints and triggers as the catalog describes them."""
+    import psycopg
+
+    from broker.postgres import parse_postgres_url
+
+    with psycopg.connect(parse_postgres_url(url).conninfo) as conn:
+
+        def rows(sql: str) -> list[str]:
+            return sorted(" ".join(map(str, r)) for r in conn.execute(sql))
+
+        return {
+            "columns": rows(
+                "SELECT table_name, column_name, data_type, is_nullable, column_default, is_identity "
+                "FROM information_schema.columns WHERE table_name LIKE 'pgbroker%'"
+            ),
+            "indexes": rows("SELECT indexname, indexdef FROM pg_indexes WHERE tablename LIKE 'pgbroker%'"),
+            "checks": rows(
+                "SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = 'pgbroker_messages'::regclass"
+            ),
+            "triggers": rows("SELECT tgname, pg_get_triggerdef(oid) FROM pg_trigger WHERE tgname LIKE 'pgbroker%'"),
+            "meta": rows("SELECT key, value FROM pgbroker_meta"),
+        }
+
+
+@pytest.mark.services
+def test_revision_0022_creates_the_postgres_brokers_tables_as_the_broker_does_and_goes_back(tmp_path: Path) -> None:
+    """The frozen copy in revision 0022 is the broker's own schema version 1: a database migrated to head and
+    one where the broker created its tables on first use have the same columns, indexes, checks and trigger."""
+    from alembic import command
+
+    from broker.postgres import PostgresBroker
+    from tests.integration.jobs.support import postgres_database
+
+    with _at_revision("postgres", tmp_path, "head") as (url, engine):
+        migrated = _pgbroker_catalog(url)
+        assert migrated["meta"] == ["schema_version 1"]
+        assert any("pgbroker_messages_ready" in i for i in migrated["indexes"])
+        command.downgrade(schema.alembic_config(url), "0021")
+        with engine.connect() as conn:
+            assert not [t for t in inspect(conn).get_table_names() if t.startswith("pgbroker")]
+    with postgres_database() as url:
+        broker = PostgresBroker(url)
+        try:
+            broker.ensure_schema()
+        finally:
+            broker.close()
+        assert _pgbroker_catalog(url) == migrated

@@ -35,6 +35,20 @@ def test_the_sqlite_broker_is_refused_beside_a_postgresql_database() -> None:
     assert Settings.from_env(sqlite_env).broker_url == "sqlite:///var/a.db"
 
 
+def test_the_postgresql_broker_must_name_the_job_database_itself() -> None:
+    # Its point is a job and its message in one transaction: the messages must live in the job database.
+    same = {
+        "TENURE_DATABASE_URL": "postgresql+psycopg://u@localhost/db",
+        "TENURE_BROKER_URL": "postgresql://u@127.0.0.1:5432/db",
+    }
+    assert Settings.from_env(same).broker_url == "postgresql://u@127.0.0.1:5432/db"
+    for database_url in ("postgresql://u@h/other", "postgresql://u@other-host/db", "sqlite:///var/a.db"):
+        env = {"TENURE_DATABASE_URL": database_url, "TENURE_BROKER_URL": "postgresql://u:s3cret@h/db"}
+        with pytest.raises(SettingsError, match="the PostgreSQL broker needs the job database") as info:
+            Settings.from_env(env)
+        assert "s3cret" not in str(info.value) and "postgresql://u:***@h/db" in str(info.value)
+
+
 @pytest.mark.parametrize(
     ("env", "message"),
     [

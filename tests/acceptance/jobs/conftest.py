@@ -9,6 +9,8 @@ BACKENDS = [
     pytest.param("postgres", id="postgres+redis", marks=pytest.mark.services),
     # the same tests, apps and helpers on RabbitMQ (a fresh vhost) + PostgreSQL: tests/acceptance/operations/fleet.py
     pytest.param("postgres+rabbitmq", id="postgres+rabbitmq", marks=pytest.mark.services),
+    # jobs and messages in one PostgreSQL database (broker.postgres), no outbox, no relay
+    pytest.param("postgres+pgbroker", id="postgres+pgbroker", marks=pytest.mark.services),
 ]
 
 

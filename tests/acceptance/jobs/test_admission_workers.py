@@ -24,6 +24,7 @@ from .procs import Client, Deployment, client, deployment, wait_for
 BACKENDS = [
     pytest.param("sqlite", id="sqlite"),
     pytest.param("postgres", id="postgres+redis", marks=pytest.mark.services),
+    pytest.param("postgres+pgbroker", id="postgres+pgbroker", marks=pytest.mark.services),
 ]
 FINAL = ("succeeded", "failed", "cancelled", "interrupted")
 

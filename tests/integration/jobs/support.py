@@ -36,6 +36,8 @@ from settings.environment import Settings
 
 PG_ADMIN_URL = os.environ.get("TENURE_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
 REDIS_URL = os.environ.get("TENURE_TEST_REDIS_URL", "redis://127.0.0.1:6379/14")
+#: The backend whose jobs and messages share one PostgreSQL database (``broker.postgres.PostgresBroker``).
+PGBROKER = "postgres+pgbroker"
 
 
 def _database_url(name: str) -> str:
@@ -200,6 +202,9 @@ def migrated_database(backend: str, tmp_path: Path) -> Iterator[tuple[str, str]]
     if backend == "sqlite":
         url = f"sqlite:///{copy_of_template(tmp_path / 'tenure.db')}"
         yield url, url
+    elif backend == PGBROKER:
+        with postgres_database(migrated=True) as url:
+            yield url, url
     else:
         with postgres_database(migrated=True) as url:
             yield url, REDIS_URL

@@ -2,7 +2,7 @@
 
 Everything comes from the environment (read here, in the process's composition root):
 ``TENURE_DATABASE_URL``, ``TENURE_BROKER_URL``, ``TENURE_JOB_LEASE_TTL_S``,
-``TENURE_BROKER_LEASE_TTL_S`` (SQLite broker lease) and ``TENURE_TEST_REDIS_NAMESPACE``. With
+``TENURE_BROKER_LEASE_TTL_S`` (SQLite and PostgreSQL broker lease) and ``TENURE_TEST_REDIS_NAMESPACE``. With
 ``TENURE_TEST_DEFAULT_BROKER`` set, a server broker is the one a deployment gets: ``make_broker(url)``
 with no options, as ``tasks/__init__.py`` builds it.
 """
@@ -28,6 +28,12 @@ settings = Settings.from_env()
 set_current_settings(settings)
 if settings.broker_url.startswith("sqlite"):
     broker = SQLiteBroker(
+        settings.broker_url, lease_ttl_ms=int(settings.broker_lease_ttl_s * 1000), reap_interval_s=0.25
+    )
+elif settings.broker_url.startswith("postgres"):
+    from broker.postgres import PostgresBroker
+
+    broker = PostgresBroker(
         settings.broker_url, lease_ttl_ms=int(settings.broker_lease_ttl_s * 1000), reap_interval_s=0.25
     )
 elif os.environ.get("TENURE_TEST_DEFAULT_BROKER"):
