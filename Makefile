@@ -6,8 +6,9 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 # Test processes (pytest-xdist): most tests wait on real workers and servers, so three share 2 cores well
 # (2026-12-07: the parallel phase took 536 s with two, 453–513 s with three). Three once made a web process
-# take over 5 s to stop after its worker exited (test_procfile's clean-SIGTERM test), and twice a killed web
-# process's live-feed slots expire before test_live_limits looked (their TTL there is 8 s since); watch those.
+# take over 5 s to stop after its worker exited (test_procfile's clean-SIGTERM test); watch that. (A killed web
+# process's live-feed slots that seemed to expire early in test_live_limits were the test's own SSE connections,
+# garbage-collected before the kill.)
 # Tests marked `exclusive` (wall-clock bounds) run alone first, on a quiet machine: run right after the parallel
 # phase, upstream's "six 100 ms tasks within 0.5 s" once took 0.54 s (suspected: the disk still catching up with
 # the thousands of files that phase wrote and deleted).

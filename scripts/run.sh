@@ -19,7 +19,7 @@ mkdir -p "$PROMETHEUS_MULTIPROC_DIR"
 procfile=Procfile
 case "${TENURE_BROKER_URL:-sqlite}" in
   sqlite*) ;;
-  *) procfile=Procfile.fleet ;;  # a server broker needs the outbox relay
+  *) procfile=Procfile.fleet ;;  # Redis and RabbitMQ need the outbox relay (with the PostgreSQL broker it idles)
 esac
 
 echo

@@ -35,9 +35,9 @@ from tests.stalled_subscriber import stalled_subscriber
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 KIND = "live_limits_echo"
-#: Slots expire this soon after their last renewal here, so a killed process's come back quickly. Not
-#: less: a slot renewed a third of this before its process was killed must still count while a test opens
-#: another connection, which took over 3.3 s (two thirds of 5 s) beside a chaos run with three test processes.
+#: Slots expire this soon after their last renewal here, so a killed process's come back quickly, with a
+#: margin: a slot renewed a third of this before its process was killed must still count while a test opens
+#: another connection on a loaded machine.
 SLOT_TTL_S = 8
 #: gunicorn.conf.py's graceful_timeout: how long a SIGTERMed worker waits for open requests.
 GRACEFUL_TIMEOUT_S = 10
@@ -142,10 +142,13 @@ def test_a_fifth_connection_is_refused_when_four_are_spread_over_two_processes(d
 def test_a_killed_web_process_gives_its_slots_back_when_they_expire(deployment: Deployment) -> None:
     a, b = deployment.ports
     web_b = next(p for p in deployment.procs.started if p.name == "web-b")
+    # Kept referenced: an SSE connection garbage-collected here would close its socket, and web-b would free its
+    # slot at its next write, before the kill this test is about.
+    left_open: list[http.client.HTTPConnection] = []
     with contextlib.ExitStack() as held:
         for _ in range(2):
             held.enter_context(_ws(a, deployment.token))
-            _sse(b, deployment.token)  # left open: its process dies with it
+            left_open.append(_sse(b, deployment.token))  # left open: its process dies with it
         assert deployment.held() == 4
         victim = _worker_of(web_b.pid)
         os.kill(victim, signal.SIGKILL)  # its slots stay in the table: nobody released them
@@ -159,6 +162,8 @@ def test_a_killed_web_process_gives_its_slots_back_when_they_expire(deployment: 
         held.enter_context(_ws(a, deployment.token))
         held.enter_context(_ws(a, deployment.token))
         assert _refused(a, deployment.token)[0] == 429
+    for conn in left_open:
+        conn.close()
     wait_for("a new web-b worker", lambda: live(b) and _worker_of(web_b.pid) != victim, 30, deployment.procs)
 
 

@@ -1,5 +1,6 @@
 """``make run``'s launcher (``scripts/run.sh`` → ``honcho start``) from a fresh clone, on the embedded
-SQLite default and on the fleet set-up (RabbitMQ + PostgreSQL, ``Procfile.fleet`` with the relay):
+SQLite default and on the fleet set-ups (RabbitMQ + PostgreSQL, and PostgreSQL alone with the PostgreSQL
+broker; ``Procfile.fleet`` with the relay):
 every process type comes up, a job submitted over HTTP completes, and SIGTERM to honcho stops
 everything with nothing left leased and no unclean exit recorded.
 
@@ -35,6 +36,7 @@ VENV = Path(sys.executable).parent.parent
 PROCESS_TYPES = {
     "sqlite": ("web", "worker", "asr", "scheduler"),
     "fleet": ("web", "worker", "asr", "scheduler", "relay"),
+    "pgbroker": ("web", "worker", "asr", "scheduler", "relay"),
 }
 
 
@@ -46,13 +48,25 @@ def clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-@pytest.fixture(params=["sqlite", pytest.param("fleet", marks=pytest.mark.services)])
+@pytest.fixture(
+    params=[
+        "sqlite",
+        pytest.param("fleet", marks=pytest.mark.services),
+        pytest.param("pgbroker", marks=pytest.mark.services),
+    ]
+)
 def setup(request: pytest.FixtureRequest, clone: Path) -> Iterator[tuple[str, dict[str, str]]]:
-    """``(name, TENURE_* variables)``: the SQLite default (var/tenure.db in the clone) or a fleet."""
+    """``(name, TENURE_* variables)``: the SQLite default (var/tenure.db in the clone), a fleet on RabbitMQ +
+    PostgreSQL, or a fleet on PostgreSQL alone (the PostgreSQL broker on the job database, migrated by run.sh)."""
     if request.param == "sqlite":
         for leftover in (clone / "var").glob("tenure.db*"):
             leftover.unlink()
         yield "sqlite", {}
+    elif request.param == "pgbroker":
+        from tests.integration.jobs.support import postgres_database
+
+        with postgres_database() as url:
+            yield "pgbroker", {"TENURE_BROKER_URL": url, "TENURE_DATABASE_URL": url}
     else:
         fleet: Fleet = request.getfixturevalue("rabbitmq_postgres_fleet")
         yield "fleet", {"TENURE_BROKER_URL": fleet.broker_url, "TENURE_DATABASE_URL": fleet.database_url}
@@ -336,6 +350,10 @@ def _assert_nothing_left(name: str, database_url: str, tenure_env: dict[str, str
                 assert conn.execute(text("SELECT count(*) FROM broker_messages WHERE state = 1")).scalar() == 0
                 assert conn.execute(text("SELECT count(*) FROM broker_processes")).scalar() == 0
                 assert conn.execute(text("SELECT count(*) FROM broker_unclean_exits")).scalar() == 0
+            elif name == "pgbroker":
+                # every message was acknowledged (none leased, none ready) and none went through the outbox
+                assert conn.execute(text("SELECT count(*) FROM pgbroker_messages WHERE state IN (0, 1)")).scalar() == 0
+                assert conn.execute(text("SELECT count(*) FROM outbox")).scalar() == 0
             else:
                 assert conn.execute(text("SELECT count(*) FROM outbox WHERE published_at IS NULL")).scalar() == 0
     finally:
