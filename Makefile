@@ -5,7 +5,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 # Test processes (pytest-xdist): most tests wait on real workers and servers, so three share 2 cores well
-# (2026-12-07: the parallel phase took 536 s with two, 453–513 s with three). Three once made a web process
+# (2026-12-07: the parallel phase took 536 s with two, 453–513 s with three; 601 s with three at load 4–5 once
+# the PostgreSQL broker's deployment had joined the acceptance suite). Three once made a web process
 # take over 5 s to stop after its worker exited (test_procfile's clean-SIGTERM test); watch that. (A killed web
 # process's live-feed slots that seemed to expire early in test_live_limits were the test's own SSE connections,
 # garbage-collected before the kill.)

@@ -181,9 +181,8 @@ class PostgresBroker(LeaseBroker):
         self._schema_ready = False
 
     def _after_fork_in_child(self) -> None:
-        # The parent's connections share their sockets with the child: closing them here would end the
-        # parent's sessions, so they are kept referenced (never finalised) and forgotten.
-        _inherited.extend(self._connections)
+        # The parent's connections share their sockets with the child. They are only forgotten, never closed
+        # here: psycopg finishes a connection only in the process that opened it, so the parent's sessions live on.
         self._schema_lock = threading.Lock()
         self._init_process_state()
 
@@ -653,10 +652,6 @@ def raw_psycopg_connection(connection: Any) -> psycopg.Connection[Any]:
     if isinstance(driver, psycopg.Connection):
         return driver
     raise TypeError(f"expected a psycopg or SQLAlchemy (psycopg) connection, got {type(connection).__name__}")
-
-
-#: Connections a forked child inherited: never closed or finalised there (see ``_after_fork_in_child``).
-_inherited: list[psycopg.Connection[Any]] = []
 
 
 __all__ = ["PostgresBroker", "PostgresConnectionLost", "PostgresMessageProxy", "parse_postgres_url", "same_database"]

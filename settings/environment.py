@@ -317,7 +317,7 @@ class Settings:
         database_url = (env.get("TENURE_DATABASE_URL") or DEFAULT_DATABASE_URL).strip()
         if _scheme(database_url) not in ("sqlite", "postgresql", "postgres"):
             raise SettingsError(
-                f"TENURE_DATABASE_URL={database_url!r}: use sqlite:///path.db or postgresql://user@host/db"
+                f"TENURE_DATABASE_URL={_without_password(database_url)!r}: use sqlite:///path.db or postgresql://user@host/db"
             )
         broker_url = (env.get("TENURE_BROKER_URL") or "").strip()
         if not broker_url:

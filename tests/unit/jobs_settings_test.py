@@ -47,6 +47,9 @@ def test_the_postgresql_broker_must_name_the_job_database_itself() -> None:
         with pytest.raises(SettingsError, match="the PostgreSQL broker needs the job database") as info:
             Settings.from_env(env)
         assert "s3cret" not in str(info.value) and "postgresql://u:***@h/db" in str(info.value)
+    with pytest.raises(SettingsError, match="use sqlite") as info:
+        Settings.from_env({"TENURE_DATABASE_URL": "mysql://u:s3cret@h/db"})
+    assert "s3cret" not in str(info.value)
 
 
 @pytest.mark.parametrize(
