@@ -160,12 +160,14 @@ class LeaseBroker(Broker):
             time.sleep(JOIN_POLL_S)
 
 
-def dead_letter_body(message: Message) -> bytes:
-    """The body a dead letter keeps: the message as it last ran, without a delay's ``eta``."""
+def dead_letter(message: Message, exception: BaseException | None) -> tuple[bytes, str]:
+    """What a nacked message's dead letter keeps: the message as it last ran, without a delay's ``eta``, and
+    the reason (the actor's last *exception*, if any)."""
+    reason = f"nack: {type(exception).__name__}: {exception}"[:500] if exception else "nack"
     if "eta" in message.options:
         options = {k: v for k, v in message.options.items() if k != "eta"}
         message = dataclasses.replace(message, options=options)
-    return message.encode()
+    return message.encode(), reason
 
 
 class AfterForkRegistry:

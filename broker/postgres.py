@@ -44,7 +44,7 @@ from .leased import (
     LeaseBroker,
     after_fork,
     check_lease_options,
-    dead_letter_body,
+    dead_letter,
 )
 from .store import QueueStats
 from .wakeup import IDLE_REPROBE_S, LocalWaiters
@@ -156,7 +156,6 @@ class PostgresBroker(LeaseBroker):
         check_lease_options(lease_ttl_ms, max_deliveries)
         super().__init__(middleware)
         self.queues: set[str] = set()  # type: ignore[assignment]
-        self.url = url
         self.target = parse_postgres_url(url)
         self.lease_ttl_ms = lease_ttl_ms
         self.max_deliveries = max_deliveries
@@ -175,7 +174,8 @@ class PostgresBroker(LeaseBroker):
         self._local = threading.local()
         self._connections: list[psycopg.Connection[Any]] = []
         self._state_lock = threading.Lock()
-        self._held: dict[int, tuple[int, str]] = {}
+        #: Row ids this process holds a lease on (claimed, not settled): the ones its heartbeat renews.
+        self._held: set[int] = set()
         self._waiters = LocalWaiters()
         self._services: _Services | None = None
         self._schema_ready = False
@@ -381,29 +381,27 @@ class PostgresBroker(LeaseBroker):
         for row_id in broken:
             logger.error("Message row %d on %r could not be decoded; dead-lettered.", row_id, queue_name)
         with self._state_lock:
-            for p in proxies:
-                self._held[p._row_id] = (p._deliveries, queue_name)
+            self._held.update(p._row_id for p in proxies)
         slots.take(len(proxies))
         return proxies
 
     def _settle(self, message: PostgresMessageProxy, *, dead: bool) -> None:
         with self._state_lock:
-            self._held.pop(message._row_id, None)
+            self._held.discard(message._row_id)
         message._slots.release()
         self._waiters.notify([message.queue_name])
         body = None
         reason = ""
         if dead:
-            exc = getattr(message, "_exception", None)
-            reason = f"nack: {type(exc).__name__}: {exc}"[:500] if exc else "nack"
-            body = dead_letter_body(message._message)
+            body, reason = dead_letter(message._message, message._exception)
         self._ensure_consumer_services().acks.submit(
             _Settlement(message._row_id, message._deliveries, message.message_id, dead, body, reason)
         )
 
     def _release(self, messages: list[PostgresMessageProxy], *, quiet: bool = False) -> None:
         with self._state_lock:
-            leases = [(m._row_id, m._deliveries) for m in messages if self._held.pop(m._row_id, None) is not None]
+            leases = [(m._row_id, m._deliveries) for m in messages if m._row_id in self._held]
+            self._held.difference_update(row_id for row_id, _ in leases)
         for m in messages:
             m._slots.release()
         if not leases:
@@ -434,7 +432,6 @@ class _PostgresConsumer(Consumer):
         self._conn: psycopg.Connection[Any] | None = None
         self._next_eta: int | None = None
         self._promoted_at = 0.0
-        self._just_woke = False
 
     def __next__(self) -> PostgresMessageProxy | None:
         if self._idle_only:
@@ -455,7 +452,6 @@ class _PostgresConsumer(Consumer):
                 claimed = self.broker._claim(self.queue_name, self.slots, self._conn)
                 if claimed:
                     self._buffer.extend(claimed)
-                    self._just_woke = True
                     continue
                 if self._promote_if_due(self._conn, drained=True):
                     continue
@@ -465,12 +461,9 @@ class _PostgresConsumer(Consumer):
             wait = remaining
             if self._next_eta is not None:
                 wait = min(wait, max(0.0, (self._next_eta - current_millis()) / 1000))
-            if self._just_woke:
-                self._just_woke = False
-                wait = min(wait, IDLE_REPROBE_S)
-            if waiters.wait(self.queue_name, seen, wait):
-                self._just_woke = True
-            elif self._next_eta is None and wait == remaining:
+            # Every commit that makes a row ready notifies (none is coalesced away, unlike the SQLite broker's
+            # nudges), and *seen* was read before the claim: a wait that times out missed nothing.
+            if not waiters.wait(self.queue_name, seen, wait) and self._next_eta is None and wait == remaining:
                 return None
 
     def _promote_if_due(self, conn: psycopg.Connection[Any], *, drained: bool = False) -> bool:

@@ -38,7 +38,7 @@ from .leased import (
     LeaseBroker,
     after_fork,
     check_lease_options,
-    dead_letter_body,
+    dead_letter,
 )
 from .leases import LeaseKeeper
 from .store import DeadLetter, DeadMatch, MessageStore, QueueStats
@@ -628,9 +628,7 @@ class SQLiteBroker(LeaseBroker):
         body = None
         reason = ""
         if dead:
-            exc = message._exception
-            reason = f"nack: {type(exc).__name__}: {exc}"[:500] if exc else "nack"
-            body = dead_letter_body(message._message)
+            body, reason = dead_letter(message._message, message._exception)
         if self._acks is None:
             self._ensure_consumer_services(message.queue_name)
         assert self._acks is not None

@@ -222,13 +222,14 @@ def test_enqueue_inside_a_sqlalchemy_transaction_wakes_an_idle_consumer_only_whe
     got: list[Any] = []
     waiter = threading.Thread(target=lambda: got.append(next(consumer)))
     waiter.start()
-    # The listener is up and the consumer found nothing and sleeps (its last statements: LISTEN; the
-    # delayed-message check that follows an empty claim).
+    # The listener is up and the consumer has claimed nothing (their connections' last statements: LISTEN; the
+    # claim, or the delayed-message check after it). Whatever it does next, it read the queue's wake-up
+    # generation before that claim, so only a notification can end its 5 s wait early.
     wait_until(
         lambda: (
             sql(
                 "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state = 'idle' "
-                "AND (query LIKE 'LISTEN%%' OR query LIKE 'SELECT min(eta)%%')"
+                "AND (query LIKE 'LISTEN%%' OR query LIKE 'WITH picked%%' OR query LIKE 'SELECT min(eta)%%')"
             )
             == [(2,)]
         ),
