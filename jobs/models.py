@@ -122,6 +122,7 @@ class Job(Base):
             "AND held_on IS NOT NULL)",
             name="held_waiting",
         ),
+        # (PostgreSQL also has ix_jobs_owner_status_created, revision 0023: not declared here, SQLite lacks it.)
         Index("ix_jobs_owner_created", "owner_id", "created_at"),
         # Live jobs by status (lease recovery, the queued and running lists) and counts by status and kind
         # (bulk dry runs): kind never changes, so no transition writes more entries for it (revision 0020).

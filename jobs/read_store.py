@@ -289,8 +289,12 @@ def job_list(conn: Connection, f: JobFilterSQL, *, before: tuple[int, str] | Non
     sqlite = conn.dialect.name == "sqlite"
     searched_first: tuple[str, ...] = ()
     # SQLite: only for several statuses (one status has its own rule, :func:`_common`), and ASCII terms (the
-    # row-by-row comparison folds ASCII case only, the trigram index all of Unicode).
-    if f.search and (not sqlite or (several and all(t.isascii() for t in f.search))):
+    # row-by-row comparison folds ASCII case only, the trigram index all of Unicode). PostgreSQL: not for a
+    # word of one or two characters among one owner's jobs of one status: ix_jobs_owner_status_created hands
+    # those over newest first, each probed in ``job_bigrams`` by its id, in page order (one user's '0–' among
+    # their 6,417 failed jobs of 1M, 44 of them in their newest 10,000 jobs: a walk 52 ms, the probes 17 ms).
+    probed = not sqlite and _owner_status(f) and all(len(t) < TRIGRAM for t in f.search)
+    if f.search and ((not sqlite and not probed) or (several and all(t.isascii() for t in f.search))):
         found = _search_newest(conn, f, before=before, limit=limit)
         if len(found) == limit:
             return found
@@ -337,6 +341,11 @@ def job_list(conn: Connection, f: JobFilterSQL, *, before: tuple[int, str] | Non
     return [r for r in map(_job, conn.execute(text(sql), params).fetchall()) if r is not None]
 
 
+def _owner_status(f: JobFilterSQL) -> bool:
+    """Whether *f* asks for one owner's jobs of one status (on PostgreSQL an index range, newest first)."""
+    return f.owner_id is not None and len(f.statuses) == 1
+
+
 def _search_newest(conn: Connection, f: JobFilterSQL, *, before: tuple[int, str] | None, limit: int) -> list[JobRow]:
     """PostgreSQL (SQLite: with several statuses): the page of a search among the :data:`SEARCH_WALK_ROWS`
     newest jobs after *before*, each compared row by row. When it is full it is the page: every job outside
@@ -347,9 +356,13 @@ def _search_newest(conn: Connection, f: JobFilterSQL, *, before: tuple[int, str]
     walk of the jobs depends on its estimate of the matches (80 for those 11,134; 145 ms). Walking is bounded
     here by the rows looked at, not the matches, so a rare term costs this walk (~11 ms) before the index."""
     where, params = _where(conn, f, listing=True, rowwise=True)
-    # The newest jobs of one owner are an index range in order too (ix_jobs_owner_created); other filters are
-    # applied to what was walked, so the walk never reads more than its rows, however few jobs pass them.
+    # The newest jobs of one owner are an index range in order too (ix_jobs_owner_created), and on PostgreSQL
+    # those of one owner and one status (ix_jobs_owner_status_created); other filters are applied to what was
+    # walked, so the walk never reads more than its rows, however few jobs pass them.
     newest = [_OWNER] if f.owner_id is not None else []
+    if conn.dialect.name == "postgresql" and _owner_status(f):
+        newest.append("status = :walk_status")
+        params["walk_status"] = f.statuses[0]
     _after(newest, params, before)
     params["walk"], params["limit"] = SEARCH_WALK_ROWS, limit
     sql = (

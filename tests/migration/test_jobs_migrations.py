@@ -298,3 +298,25 @@ def test_revision_0022_creates_the_postgres_brokers_tables_as_the_broker_does_an
         finally:
             broker.close()
         assert _pgbroker_catalog(url) == migrated
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_revision_0023_indexes_one_owners_jobs_by_status_on_postgresql_only_and_goes_back(
+    tmp_path: Path, backend: str
+) -> None:
+    """PostgreSQL gets ``ix_jobs_owner_status_created`` (owner, status, newest first); SQLite, whose status
+    changes would pay for it in every claim and completion, is left as it was."""
+    from alembic import command
+
+    with _at_revision(backend, tmp_path, "head") as (url, engine):
+
+        def columns() -> list[str] | None:
+            with engine.connect() as conn:
+                found = [i for i in inspect(conn).get_indexes("jobs") if i["name"] == "ix_jobs_owner_status_created"]
+            return found[0]["column_names"] if found else None
+
+        assert columns() == (["owner_id", "status", "created_at", "id"] if backend == "postgres" else None)
+        command.downgrade(schema.alembic_config(url), "0022")
+        assert columns() is None
+        command.upgrade(schema.alembic_config(url), "head")
+        assert columns() == (["owner_id", "status", "created_at", "id"] if backend == "postgres" else None)

@@ -203,6 +203,8 @@ def test_a_postgres_search_page_looks_among_the_newest_jobs_first_and_finds_the_
         ("timeout", JobFilter(search="TimeOut", statuses=("failed",))),
         ("disk full", JobFilter(search=("disk", "full"))),
         ("node-7", JobFilter(search="node-7", owner_id="u1")),  # one owner's newest jobs: their own index range
+        # one owner's newest jobs of one status: the range of ix_jobs_owner_status_created
+        ("timeout", JobFilter(search="timeout", owner_id="u0", statuses=("failed",))),
     ):
         with _statements(env, _newest_first_statement) as seen:
             pages = _pages(env, where, limit=4)
@@ -224,6 +226,30 @@ def test_a_postgres_search_page_looks_among_the_newest_jobs_first_and_finds_the_
             assert len(from_index) <= 1, statements  # the last page, with less than a page left to find
         if walk_rows == 1:
             assert len(from_index) == len(pages), statements
+        if where.owner_id is not None and where.statuses:
+            assert all("status = %(walk_status)s" in s for s in walks), walks
+
+
+def test_a_postgres_search_of_a_short_word_among_one_owners_jobs_of_one_status_probes_them_in_page_order(
+    postgres_env: JobEnv,
+) -> None:
+    # Given failed and cancelled jobs of three owners, some of whose errors hold a word of two characters
+    env = postgres_env
+    ids = _with_errors(env, cancelled_every=4)
+    for job_id in ids[::2]:
+        env.sql("UPDATE jobs SET error = error || ' 東京' WHERE id = :id", id=job_id)
+    rows = env.sql("SELECT id, error, owner_id, status FROM jobs ORDER BY created_at DESC, id DESC")
+    where = JobFilter(search="東京", owner_id="u1", statuses=("failed",))
+    # When one owner's failed jobs holding it are paged
+    with _statements(env, _newest_first_statement) as seen:
+        pages = _pages(env, where, limit=1)
+    # Then the pages are exactly those jobs, newest first
+    expected = [j for j, error, *owned in rows if "東京" in (error or "") and owned == ["u1", "failed"]]
+    assert [j for page in pages for j in page] == expected and len(pages) > 1, pages
+    # and no page walked the newest jobs first: each was one statement, probing the short-word index
+    statements = [s for s, _ in seen]
+    assert len(statements) == len(pages), statements
+    assert all("job_bigrams" in s and "LIMIT %(walk)s" not in s for s in statements), statements
 
 
 def test_an_id_prefix_finds_its_jobs_on_both_engines(env: JobEnv) -> None:
