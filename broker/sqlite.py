@@ -708,14 +708,21 @@ class SQLiteBroker(LeaseBroker):
         with self.store.read() as conn:
             return self.store.process_wake_addrs(conn, socket.gethostname(), current_millis() - 3 * self.lease_ttl_ms)
 
+    def on_same_database(self, conn: sqlite3.Connection) -> bool:
+        """Whether the raw connection *conn* is connected to this broker's file. The broker's own connections
+        are, without asking: a fair-share refill in the ack writer's transaction publishes many messages on one."""
+        return self.store.is_own(conn) or same_file(_main_database(conn), self.target.path)
+
     def _check_same_database(self, conn: sqlite3.Connection) -> None:
-        for _, name, path in conn.execute("PRAGMA database_list").fetchall():
-            if name == "main":
-                if not same_file(path, self.target.path):
-                    raise UnsupportedDatabase(
-                        f"transactional enqueue needs a connection to {self.target.path}, got one to {path!r}"
-                    )
-                return
+        if not self.on_same_database(conn):
+            raise UnsupportedDatabase(
+                f"transactional enqueue needs a connection to {self.target.path}, got one to {_main_database(conn)!r}"
+            )
+
+
+def _main_database(conn: sqlite3.Connection) -> str:
+    """The file of *conn*'s ``main`` database ("" for an in-memory one)."""
+    return next((path for _, name, path in conn.execute("PRAGMA database_list").fetchall() if name == "main"), "")
 
 
 @functools.lru_cache(maxsize=64)

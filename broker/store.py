@@ -106,6 +106,10 @@ class MessageStore:
         self._pid = os.getpid()
 
     # -- connections -------------------------------------------------------------------------------
+    def is_own(self, conn: sqlite3.Connection) -> bool:
+        """Whether *conn* is this thread's connection of this store (so, by construction, on its file)."""
+        return self._pid == os.getpid() and getattr(self._local, "conn", None) is conn
+
     def conn(self) -> sqlite3.Connection:
         """This thread's connection (a new one after fork: SQLite connections never cross fork)."""
         if self._pid != os.getpid():

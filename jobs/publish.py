@@ -74,14 +74,11 @@ def same_sqlite_file(conn: Connection | sqlite3.Connection, broker: Broker) -> b
     if not isinstance(broker, SQLiteBroker):
         return False
     if isinstance(conn, sqlite3.Connection):
-        database = conn.execute("PRAGMA database_list").fetchone()[2]
-    elif conn.dialect.name != "sqlite":
+        return broker.on_same_database(conn)
+    if conn.dialect.name != "sqlite":
         return False
-    else:
-        database = conn.engine.url.database
-    if not database:
-        return False
-    return same_file(database, broker.target.path)
+    database = conn.engine.url.database
+    return bool(database) and same_file(database, broker.target.path)
 
 
 def _postgres_broker(broker: Broker) -> Any:
