@@ -524,6 +524,32 @@ def test_enqueue_inside_a_sqlalchemy_transaction_is_visible_only_after_commit(
     consumer.ack(delivered)
 
 
+def test_a_transactional_enqueue_on_the_brokers_own_connection_is_not_asked_which_file_it_is_on(
+    sqlite_broker: SQLiteBroker, sqlite_path: Path
+) -> None:
+    """A fair-share refill publishes many messages in the ack writer's transaction, on the broker's own
+    connection: the file check asks SQLite only about connections the broker did not open."""
+    sqlite_broker.stats()
+    asked: list[str] = []
+    own = sqlite_broker.store.conn()
+    other = sqlite3.connect(sqlite_path, isolation_level=None)
+    try:
+        for conn in (own, other):
+            conn.set_trace_callback(asked.append)
+            conn.execute("BEGIN IMMEDIATE")
+            sqlite_broker.enqueue(msg(), connection=conn)
+            conn.execute("COMMIT")
+            conn.set_trace_callback(None)
+            assert sqlite_broker.on_same_database(conn)
+            # the broker's own connection is never asked; another one on the same file is, and accepted
+            assert any("database_list" in s for s in asked) == (conn is other), asked
+            asked.clear()
+    finally:
+        own.set_trace_callback(None)
+        other.close()
+    assert count(sqlite_path) == 2
+
+
 def test_transactional_enqueue_on_another_database_is_refused(sqlite_broker: SQLiteBroker, tmp_path: Path) -> None:
     other = sqlite3.connect(tmp_path / "other.db", isolation_level=None)
     try:
