@@ -304,7 +304,10 @@ class SQLiteBroker(LeaseBroker):
             # on that connection instead of opening a second writer that would wait for it.
             self._ready(raw)
             row_id = self.store.message_insert(raw, **row)
-            _CommitWatcher.get(self).watch(row_id, canonical)
+            # In this broker's own transaction (the ack writer's, where a claim refills a queue's window) the
+            # commit is seen here; a caller's transaction is watched for.
+            if not self.store.on_commit(raw, ("wake", canonical), functools.partial(self.wake, (canonical,))):
+                _CommitWatcher.get(self).watch(row_id, canonical)
         self.emit_after("enqueue", returned, delay)
         return returned
 

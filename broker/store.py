@@ -20,7 +20,7 @@ import os
 import sqlite3
 import threading
 import urllib.parse
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
@@ -156,14 +156,32 @@ class MessageStore:
         otherwise add milliseconds of latency to each other.
         """
         conn = self.conn()
+        local = self._local
+        committed: dict[Hashable, Callable[[], None]] = {}
         with process_write_lock(self.target.path), translate_errors():
             conn.execute("BEGIN IMMEDIATE")
+            local.on_commit = committed
             try:
-                yield conn
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
+                try:
+                    yield conn
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+                conn.execute("COMMIT")
+            finally:
+                local.on_commit = None
+        for fn in committed.values():
+            fn()
+
+    def on_commit(self, conn: sqlite3.Connection, key: Hashable, fn: Callable[[], None]) -> bool:
+        """Run *fn* once the :meth:`write` transaction open on *conn* commits (never if it rolls back); one
+        *fn* per *key* and transaction. False, and nothing registered, when *conn* is not this thread's
+        connection inside :meth:`write` (a caller's own transaction: this store cannot see its commit)."""
+        committed = getattr(self._local, "on_commit", None) if self.is_own(conn) else None
+        if committed is None:
+            return False
+        committed.setdefault(key, fn)
+        return True
 
     def insert_autocommit(self, **row: object) -> int:
         """One INSERT as its own transaction: a single statement needs no BEGIN/COMMIT round trips."""

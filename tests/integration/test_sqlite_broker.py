@@ -27,6 +27,7 @@ from dramatiq.common import current_millis
 from dramatiq.message import Message
 
 import broker.connection
+import broker.sqlite
 from broker import DeadMatch, SQLiteBroker, UnsupportedDatabase
 from broker.consumer import SQLiteMessageProxy
 from broker.leases import WAL_CHECKPOINT_BYTES
@@ -548,6 +549,35 @@ def test_a_transactional_enqueue_on_the_brokers_own_connection_is_not_asked_whic
         own.set_trace_callback(None)
         other.close()
     assert count(sqlite_path) == 2
+
+
+def test_a_message_written_in_the_brokers_own_write_transaction_wakes_its_queue_when_that_commits(
+    sqlite_broker: SQLiteBroker, sqlite_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim's refill publishes in the ack writer's transaction, whose commit the broker makes itself: its
+    queue's consumers are woken then, once per queue, without the commit watcher's polling; a rollback wakes
+    nobody."""
+    sqlite_broker.stats()
+    woken: list[list[str]] = []
+    wake = sqlite_broker.wake
+    monkeypatch.setattr(sqlite_broker, "wake", lambda queues: (woken.append(list(queues)), wake(queues)))
+    sent = [msg(0), msg(1)]
+    with sqlite_broker.store.write() as conn:
+        for message in sent:
+            sqlite_broker.enqueue(message, connection=conn)
+        assert woken == []
+    assert woken == [[QUEUE]]
+    with pytest.raises(RuntimeError), sqlite_broker.store.write() as conn:
+        sqlite_broker.enqueue(msg(2), connection=conn)
+        raise RuntimeError("rolled back")
+    assert woken == [[QUEUE]]
+    assert count(sqlite_path) == 2
+    assert sqlite_broker not in broker.sqlite._CommitWatcher._by_broker
+    consumer = sqlite_broker.consume(QUEUE, prefetch=2, timeout=100)
+    try:
+        assert {next_message(consumer).message_id for _ in sent} == {m.message_id for m in sent}
+    finally:
+        consumer.close()
 
 
 def test_transactional_enqueue_on_another_database_is_refused(sqlite_broker: SQLiteBroker, tmp_path: Path) -> None:
