@@ -255,7 +255,7 @@ def _search(conn: Connection, q: str, p: str, *, walk: bool = False) -> tuple[st
             terms.append(f"instr(lower({fields}), lower(:{p}needle)) > 0")
             params[f"{p}needle"] = q
     else:
-        params[f"{p}like"] = "%" + re.sub(r"([\\%_])", r"\\\1", q.lower()) + "%"
+        params[f"{p}like"] = _like(q)
         if walk:
             terms.append(f"{_PG_ROW_BODY} LIKE :{p}like")
             if by_id:
@@ -268,6 +268,11 @@ def _search(conn: Connection, q: str, p: str, *, walk: bool = False) -> tuple[st
                 sources.append(f"SELECT id FROM jobs WHERE id >= :{p}id_lo AND id < :{p}id_hi")
             terms.append(f"id IN ({' UNION ALL '.join(sources)})")
     return "(" + " OR ".join(terms) + ")", params
+
+
+def _like(q: str) -> str:
+    """PostgreSQL: the LIKE pattern of the substring *q* in ``job_search.body`` (stored lower-cased)."""
+    return "%" + re.sub(r"([\\%_])", r"\\\1", q.lower()) + "%"
 
 
 _NEWEST = "ORDER BY created_at DESC, id DESC LIMIT :limit"
@@ -305,6 +310,11 @@ def job_list(conn: Connection, f: JobFilterSQL, *, before: tuple[int, str] | Non
         # jobs, and collecting every match to sort took 0.7 s for a bulk action's page of 500.
         seen = {r.status for r in found}
         searched_first = tuple(s for s in f.statuses if s not in seen) if several else ()
+        if searched_first and not sqlite:
+            # PostgreSQL reads every match for those statuses anyway; a walked status's arm read them all once
+            # more ("ffmpeg" in failed, cancelled or interrupted jobs: two reads of 11,134 matches, 220 ms). One
+            # read serves every status.
+            searched_first = f.statuses
     where, params = _where(conn, replace(f, statuses=()) if several else f, listing=True)
     _after(where, params, before)
     params["limit"] = limit
@@ -396,8 +406,22 @@ def step_edges(conn: Connection, step_ids: list[str]) -> list[tuple[str, str]]:
 def job_count(conn: Connection, f: JobFilterSQL) -> int:
     """How many jobs match, exactly."""
     _plan_for_these_values(conn)
+    if _only_text(conn, f):
+        # ``job_search`` holds one row per job (its key, a foreign key to jobs): the matches are the count, and
+        # looking each up in jobs doubled its cost ("ffmpeg": 11,134 index probes, 71 of 100 ms).
+        sql = "SELECT count(*) FROM job_search WHERE body LIKE :like"
+        return int(conn.execute(text(sql), {"like": _like(f.search[0])}).scalar_one())
     where, params = _where(conn, f)
     return int(conn.execute(text(f"SELECT count(*) FROM jobs WHERE {' AND '.join(where)}"), params).scalar_one())
+
+
+def _only_text(conn: Connection, f: JobFilterSQL) -> bool:
+    """PostgreSQL: whether *f* is nothing but one search term that only ``job_search`` answers (three
+    characters or more, and no id prefix)."""
+    if conn.dialect.name != "postgresql" or len(f.search) != 1 or replace(f, search=()) != JobFilterSQL():
+        return False
+    q = f.search[0]
+    return len(q) >= TRIGRAM and _HEX.fullmatch(q.lower()) is None
 
 
 # -- activity ----------------------------------------------------------------------------------------

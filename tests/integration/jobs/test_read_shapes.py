@@ -230,6 +230,52 @@ def test_a_postgres_search_page_looks_among_the_newest_jobs_first_and_finds_the_
             assert all("status = %(walk_status)s" in s for s in walks), walks
 
 
+def test_a_postgres_search_of_several_statuses_reads_its_matches_once_when_the_newest_jobs_lack_a_status(
+    postgres_env: JobEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given failed and cancelled jobs whose errors say "timeout", the newest three jobs one failed one of them
+    env = postgres_env
+    _with_errors(env, cancelled_every=4)
+    monkeypatch.setattr(read_store, "SEARCH_WALK_ROWS", 3)
+    where = JobFilter(search="timeout", statuses=("failed", "cancelled"))
+    # When they are paged (each page walks the newest three jobs after it first, then asks the index)
+    with _statements(env, _newest_first_statement) as seen:
+        pages = _pages(env, where, limit=4)
+    # Then the pages are exactly those jobs, newest first
+    expected = _newest_first(env, "error = 'timeout' AND status IN ('failed', 'cancelled')")
+    assert [j for page in pages for j in page] == expected and len(expected) == 10, pages
+    # and a page the walk left short read the matches once for both statuses (not once per status)
+    from_index = [s for s, _ in seen if "job_search" in s]
+    assert from_index and all(s.count("job_search") == 1 for s in from_index), from_index
+
+
+def test_a_postgres_count_of_a_search_alone_counts_its_matches_without_looking_up_the_jobs(
+    postgres_env: JobEnv,
+) -> None:
+    # Given 30 jobs, 10 of whose errors say "timeout" and 20 "Disk full on NODE-7"
+    env = postgres_env
+    _with_errors(env, cancelled_every=4)
+    for term, where, expected in (
+        ("timeout", JobFilter(search="timeout"), 10),
+        ("node-7", JobFilter(search="NODE-7"), 20),
+        ("100%", JobFilter(search="100%"), 0),  # LIKE's wildcards are searched as text
+        # anything more than the term goes through the jobs table
+        ("timeout+status", JobFilter(search="timeout", statuses=("cancelled",)), 3),
+    ):
+        # When they are counted
+        with _statements(env, lambda s: "count(" in s) as seen:
+            count = queries.count_jobs(env.engine, where, owner_id="", is_admin=True)
+        # Then the count is exact, and a term alone was counted in job_search only
+        assert count == expected, term
+        (statement,) = [s for s, _ in seen]
+        assert ("FROM jobs" not in statement) == (where.statuses == ()), statement
+    # and a user's count is scoped to their jobs, so it reads the jobs table
+    with _statements(env, lambda s: "count(" in s) as seen:
+        mine = queries.count_jobs(env.engine, JobFilter(search="timeout"), owner_id="u0", is_admin=False)
+    assert mine == len(_newest_first(env, "error = 'timeout' AND owner_id = 'u0'")) > 0
+    assert all("owner_id" in s for s, _ in seen), seen
+
+
 def test_a_postgres_search_of_a_short_word_among_one_owners_jobs_of_one_status_probes_them_in_page_order(
     postgres_env: JobEnv,
 ) -> None:
@@ -274,6 +320,7 @@ def test_a_page_of_several_statuses_and_a_search_is_exact_however_it_is_found(
     rows = env.sql("SELECT id, error, owner_id, status FROM jobs ORDER BY created_at DESC, id DESC")
     monkeypatch.setattr(read_store, "SEARCH_WALK_ROWS", walk_rows)
     mixed: list[str] = []
+    searched: list[str] = []
     for term, where in (
         ("node-7", JobFilter(search="node-7", statuses=("failed", "interrupted"))),
         ("timeout", JobFilter(search="TIMEOUT", statuses=("failed", "cancelled"))),
@@ -292,9 +339,15 @@ def test_a_page_of_several_statuses_and_a_search_is_exact_however_it_is_found(
         assert len([s for s, _ in seen if "AS jobs WHERE" in s]) == len(pages), seen
         fence = "LIMIT -1" if env.backend == "sqlite" else "OFFSET 0"
         mixed.extend(s for s, _ in seen if fence in s and "AS a0" in s)
+        # (PostgreSQL: such a page reads every match once, for all the statuses: no walked arm beside them)
+        searched.extend(s for s, _ in seen if fence in s)
     if walk_rows == 7:
         # and some page walked the status the look among the newest jobs found matches of and searched the other's
-        assert mixed
+        # (SQLite), or searched both statuses' in one read of the matches (PostgreSQL)
+        if env.backend == "sqlite":
+            assert mixed
+        else:
+            assert searched and not mixed and all(s.count("job_search") == 1 for s in searched), searched
 
 
 def test_a_word_of_one_or_two_ascii_characters_is_an_id_prefix_only_on_both_engines(env: JobEnv) -> None:
