@@ -16,6 +16,7 @@ One method per query; callers pass the connection so several queries can share o
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sqlite3
 import threading
@@ -28,6 +29,8 @@ from importlib import resources
 from .connection import SQLiteTarget, check_location, check_sqlite_version, connect
 from .errors import UnsupportedDatabase, translate_errors
 from .writer_queue import process_write_lock
+
+logger = logging.getLogger(__name__)
 
 #: Version of ``schema.sql``; a database recording a newer one is refused.
 SCHEMA_VERSION = 1
@@ -171,7 +174,10 @@ class MessageStore:
             finally:
                 local.on_commit = None
         for fn in committed.values():
-            fn()
+            try:
+                fn()
+            except Exception:  # the transaction has committed: its caller must not take it for failed
+                logger.exception("An after-commit callback of the broker's transaction failed.")
 
     def on_commit(self, conn: sqlite3.Connection, key: Hashable, fn: Callable[[], None]) -> bool:
         """Run *fn* once the :meth:`write` transaction open on *conn* commits (never if it rolls back); one

@@ -361,18 +361,18 @@ def job_list(conn: Connection, f: JobFilterSQL, *, before: tuple[int, str] | Non
 
 
 def _few_matches(conn: Connection, terms: tuple[str, ...]) -> bool:
-    """PostgreSQL: whether a term of *terms* that ``job_search`` answers matches fewer than :data:`FEW_MATCHES`
-    jobs, counted up to that. Then a page the newest jobs left short is collected from the matches and sorted:
-    its planner's estimate of a trigram search is blind to the term (8,108 jobs for each of "room-1678/", 36
-    matches, and "ffmpeg", 11,134), and took it for common enough to walk every job newest first probing each
-    (2.2 s for those 36 at 1M jobs)."""
-    for q in terms:
-        if len(q) < TRIGRAM:
-            continue
-        sql = "SELECT count(*) FROM (SELECT 1 FROM job_search WHERE body LIKE :like LIMIT :n) AS m"
-        if int(conn.execute(text(sql), {"like": _like(q), "n": FEW_MATCHES}).scalar_one()) < FEW_MATCHES:
-            return True
-    return False
+    """PostgreSQL: whether every term of *terms* is one ``job_search`` answers (three characters or more) with
+    fewer than :data:`FEW_MATCHES` matches, each counted up to that. Then a page the newest jobs left short is
+    collected from the matches and sorted: the planner's estimate of a trigram search is blind to the term (8,108
+    jobs for each of "room-1678/", 36 matches, and "ffmpeg", 11,134), and took it for common enough to walk every
+    job newest first probing each (2.2 s for those 36 at 1M jobs). (One common term among them would have all
+    its matches read to be hashed: those pages stay the planner's.)"""
+    sql = "SELECT count(*) FROM (SELECT 1 FROM job_search WHERE body LIKE :like LIMIT :n) AS m"
+    return all(
+        len(q) >= TRIGRAM
+        and int(conn.execute(text(sql), {"like": _like(q), "n": FEW_MATCHES}).scalar_one()) < FEW_MATCHES
+        for q in terms
+    )
 
 
 def _owner_status(f: JobFilterSQL) -> bool:
