@@ -47,8 +47,8 @@ WALK_MIN_MATCHES = 1000
 #: PostgreSQL: a searched page first looks at most this many of the newest jobs (after its cursor), comparing
 #: each row; only when they hold less than a page does it ask the trigram index (see :func:`job_list`).
 SEARCH_WALK_ROWS = 10_000
-#: PostgreSQL: a search term with fewer matches than this in ``job_search`` has its page collected from them
-#: and sorted (see :func:`_few_matches`).
+#: PostgreSQL: a search whose every word has fewer matches than this has its page collected from them and
+#: sorted (see :func:`_rare_matches`).
 FEW_MATCHES = 2_000
 #: ``job_search.body`` computed from a job's own row (revision 0009's ``jobs_search_sync``): comparing it is
 #: what the trigram index answers, row by row.
@@ -236,7 +236,7 @@ def _search(conn: Connection, q: str, p: str, *, walk: bool = False) -> tuple[st
     by_id = _HEX.fullmatch(prefix) is not None
     if by_id:
         # ids are lower-case hex: a prefix is an index range of the primary key
-        params[f"{p}id_lo"], params[f"{p}id_hi"] = prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1)
+        params[f"{p}id_lo"], params[f"{p}id_hi"] = _id_range(prefix)
     if id_prefix_only(q):
         column = "+id" if sqlite and walk else "id"  # walking: the primary key is no index of this search
         return f"({column} >= :{p}id_lo AND {column} < :{p}id_hi)", params
@@ -273,6 +273,11 @@ def _search(conn: Connection, q: str, p: str, *, walk: bool = False) -> tuple[st
     return "(" + " OR ".join(terms) + ")", params
 
 
+def _id_range(prefix: str) -> tuple[str, str]:
+    """The primary key's range of the job ids starting with the hex digits *prefix*."""
+    return prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1)
+
+
 def _like(q: str) -> str:
     """PostgreSQL: the LIKE pattern of the substring *q* in ``job_search.body`` (stored lower-cased)."""
     return "%" + re.sub(r"([\\%_])", r"\\\1", q.lower()) + "%"
@@ -302,7 +307,8 @@ def job_list(conn: Connection, f: JobFilterSQL, *, before: tuple[int, str] | Non
     # those over newest first, each probed in ``job_bigrams`` by its id, in page order (one user's '0–' among
     # their 6,417 failed jobs of 1M, 44 of them in their newest 10,000 jobs: a walk 52 ms, the probes 17 ms).
     probed = not sqlite and _owner_status(f) and all(len(t) < TRIGRAM for t in f.search)
-    collect = False
+    #: PostgreSQL: the ids of every match of a rare search (see :func:`_rare_matches`), or None.
+    matched: list[str] | None = None
     if f.search and ((not sqlite and not probed) or (several and all(t.isascii() for t in f.search))):
         found = _search_newest(conn, f, before=before, limit=limit)
         if len(found) == limit:
@@ -319,16 +325,21 @@ def job_list(conn: Connection, f: JobFilterSQL, *, before: tuple[int, str] | Non
             # more ("ffmpeg" in failed, cancelled or interrupted jobs: two reads of 11,134 matches, 220 ms). One
             # read serves every status.
             searched_first = f.statuses
-        collect = not sqlite and not searched_first and _few_matches(conn, f.search)
-        if collect and several:
+        matched = None if sqlite or searched_first else _rare_matches(conn, f.search)
+        if matched is not None and several:
             searched_first = f.statuses
-    where, params = _where(conn, replace(f, statuses=()) if several else f, listing=True)
+    listed = f if matched is None else replace(f, search=())
+    where, params = _where(conn, replace(listed, statuses=()) if several else listed, listing=True)
+    if matched is not None:
+        # the search, answered: the page reads none of its indexes again
+        where.append("id = ANY(:matched)")
+        params["matched"] = matched
     _after(where, params, before)
     params["limit"] = limit
     if not several:
         sql = f"SELECT {JOB_COLUMNS} FROM jobs WHERE {' AND '.join(where)}"
         # (the fence: see the several statuses' "matches" arm below)
-        sql = f"SELECT * FROM ({sql} OFFSET 0) AS matches {_NEWEST}" if collect else f"{sql} {_NEWEST}"
+        sql = f"SELECT * FROM ({sql} OFFSET 0) AS matches {_NEWEST}" if matched is not None else f"{sql} {_NEWEST}"
     else:
         # Several statuses: the newest *limit* of each status (each an index range in order, as for one
         # status), merged. "status IN (…)" made both engines collect and sort every job of those statuses
@@ -360,19 +371,29 @@ def job_list(conn: Connection, f: JobFilterSQL, *, before: tuple[int, str] | Non
     return [r for r in map(_job, conn.execute(text(sql), params).fetchall()) if r is not None]
 
 
-def _few_matches(conn: Connection, terms: tuple[str, ...]) -> bool:
-    """PostgreSQL: whether every term of *terms* is one ``job_search`` answers (three characters or more) with
-    fewer than :data:`FEW_MATCHES` matches, each counted up to that. Then a page the newest jobs left short is
-    collected from the matches and sorted: the planner's estimate of a trigram search is blind to the term (8,108
-    jobs for each of "room-1678/", 36 matches, and "ffmpeg", 11,134), and took it for common enough to walk every
-    job newest first probing each (2.2 s for those 36 at 1M jobs). (One common term among them would have all
-    its matches read to be hashed: those pages stay the planner's.)"""
-    sql = "SELECT count(*) FROM (SELECT 1 FROM job_search WHERE body LIKE :like LIMIT :n) AS m"
-    return all(
-        len(q) >= TRIGRAM
-        and int(conn.execute(text(sql), {"like": _like(q), "n": FEW_MATCHES}).scalar_one()) < FEW_MATCHES
-        for q in terms
-    )
+def _rare_matches(conn: Connection, terms: tuple[str, ...]) -> list[str] | None:
+    """PostgreSQL: the ids of the jobs matching every term of *terms* when each term is one ``job_search`` answers
+    (three characters or more) with fewer than :data:`FEW_MATCHES` matches (an id prefix's jobs included, as
+    :func:`_search` has them), else None. Then a page the newest jobs left short is collected from those ids and
+    sorted: the planner's estimate of a trigram search is blind to the term (8,108 jobs for each of
+    "room-1678/", 36 matches, and "ffmpeg", 11,134), and took it for common enough to walk every job newest
+    first probing each (2.2 s for those 36 at 1M jobs). A page with one common word stays the planner's: all of
+    that word's matches would be read to be hashed."""
+    found: set[str] | None = None
+    for q in terms:
+        if len(q) < TRIGRAM:
+            return None
+        sources = ["SELECT job_id FROM job_search WHERE body LIKE :like"]
+        params: dict[str, Any] = {"like": _like(q), "n": FEW_MATCHES}
+        if _HEX.fullmatch(q.lower()) is not None:
+            sources.append("SELECT id FROM jobs WHERE id >= :lo AND id < :hi")
+            params["lo"], params["hi"] = _id_range(q.lower())
+        rows = conn.execute(text(f"{' UNION ALL '.join(sources)} LIMIT :n"), params).fetchall()
+        if len(rows) >= FEW_MATCHES:
+            return None
+        ids = {r[0] for r in rows}
+        found = ids if found is None else found & ids
+    return sorted(found or ())
 
 
 def _owner_status(f: JobFilterSQL) -> bool:
