@@ -410,11 +410,11 @@ def changes_from(
 ) -> tuple[list[JobChange], tuple[int, int]]:
     """:func:`changes_after` by position, in the caller's read transaction (*owner_id* ``None``: every
     owner's changes): the changes and the position everything up to which was examined."""
-    head = read_store.head_position(conn)
-    if position > head:
-        raise CursorUnknown(encode_position(head))
+    if position > read_store.position_bound(conn):
+        raise CursorUnknown(encode_position(read_store.head_position(conn)))
     if position < retention_store.pruned_position(conn):
-        raise CursorExpired(encode_position(head))
+        raise CursorExpired(encode_position(read_store.head_position(conn)))
+    # (a cursor past the head, when the head moved back, reads nothing until the head is past it again)
     rows, end = read_store.event_changes_after(conn, position, owner_id, max(1, min(limit, MAX_CHANGES)))
     return [_change(r) for r in rows], end
 

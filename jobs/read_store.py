@@ -690,3 +690,14 @@ def head_position(conn: Connection) -> tuple[int, int]:
         return int(conn.execute(text("SELECT coalesce(max(rowid), 0) FROM job_events")).scalar_one()), 0
     horizon = int(conn.execute(_PG_HORIZON).scalar_one())
     return horizon - 1, _MAX_ID
+
+
+def position_bound(conn: Connection) -> tuple[int, int]:
+    """The last position this database can have handed out by now: a cursor past it is none of its own. On
+    PostgreSQL the head can move back for a while (an id :data:`_PG_HORIZON` dropped as another database's may
+    be in progress without ``pg_stat_activity`` naming it a moment later, under a suite's load), so a cursor
+    handed out before can lie past it; the next transaction id to be handed out never moves back."""
+    if conn.dialect.name == "sqlite":
+        return head_position(conn)
+    xmax = int(conn.execute(text("SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint")).scalar_one())
+    return xmax - 1, _MAX_ID

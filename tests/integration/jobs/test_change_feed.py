@@ -14,8 +14,15 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, text
 
-from jobs import db, store, transitions
-from jobs.queries import ChangePage, change_head, changes_after
+from jobs import db, read_store, store, transitions
+from jobs.queries import (
+    ChangePage,
+    CursorUnknown,
+    change_head,
+    changes_after,
+    decode_position,
+    encode_position,
+)
 
 from .support import PG_ADMIN_URL, JobEnv, job_env
 
@@ -66,6 +73,29 @@ def test_a_job_moved_by_an_older_open_transaction_keeps_its_order(pg: JobEnv) ->
     moves = [(c.job_id, c.sequence, c.status) for c in page.items]
     assert [m for m in moves if m[0] == second.id] == [(second.id, 1, "queued"), (second.id, 2, "cancelled")]
     assert (first.id, 2, "running") in moves and len(moves) == 3
+
+
+@pytest.mark.services
+def test_a_cursor_past_a_head_that_moved_back_waits_and_one_past_every_transaction_is_unknown(
+    pg: JobEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under a suite's load the head once moved back below a cursor it had handed out: a transaction of another
+    database, dropped from the horizon because pg_stat_activity named it, was in progress without being named
+    a moment later. No session can be made to do that on demand, so the horizon is held back here instead."""
+    cursor = change_head(pg.engine)
+    real = read_store.head_position
+    monkeypatch.setattr(read_store, "head_position", lambda conn: (real(conn)[0] - 50, real(conn)[1]))
+    job = pg.submit("feed_echo")
+    # Then the cursor is still the feed's: nothing new yet, and the same cursor back
+    waiting = changes_after(pg.engine, cursor, is_admin=True)
+    assert waiting.items == [] and waiting.cursor == cursor
+    # and once the head is past it again, the change is served
+    monkeypatch.setattr(read_store, "head_position", real)
+    assert [c.job_id for c in _until(pg, cursor, 1).items] == [job.id]
+    # but a cursor past every transaction id handed out is no cursor of this database
+    xid, _ = decode_position(cursor)
+    with pytest.raises(CursorUnknown):
+        changes_after(pg.engine, encode_position((xid + 1_000_000, 0)), is_admin=True)
 
 
 @pytest.mark.services
