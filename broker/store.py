@@ -558,13 +558,16 @@ class MessageStore:
 
     @staticmethod
     def queue_pending_count(conn: sqlite3.Connection, queue: str) -> int:
-        """Messages not yet finished (READY, delayed or LEASED) on *queue*."""
-        return sum(
-            conn.execute(
-                f"SELECT count(*) FROM broker_messages WHERE queue = ? AND state = {state}", (queue,)
-            ).fetchone()[0]
+        """Messages not yet finished (READY, delayed or LEASED) on *queue*.
+
+        One statement, so one snapshot: counted one state at a time, a message acked between the counts could
+        take its successor with it (an ``on_success`` callback's message READY after the READY count, the
+        acked one gone before the LEASED count), and a join returned with that message still to run."""
+        counts = " + ".join(
+            f"(SELECT count(*) FROM broker_messages WHERE queue = :q AND state = {state})"
             for state in (READY, DELAYED, LEASED)
-        )
+        )  # one per state: each uses its partial index (there is no plain index on queue)
+        return int(conn.execute(f"SELECT {counts}", {"q": queue}).fetchone()[0])
 
     @staticmethod
     def queue_flush(conn: sqlite3.Connection, queue: str) -> int:

@@ -580,6 +580,28 @@ def test_a_message_written_in_the_brokers_own_write_transaction_wakes_its_queue_
         consumer.close()
 
 
+def test_a_join_counts_a_queues_unfinished_messages_in_one_snapshot(sqlite_broker: SQLiteBroker) -> None:
+    """A join's count of ready, delayed and leased messages is one statement: counted one state per statement,
+    an ack committing between the counts took the message it had just enqueued (an ``on_success`` callback's)
+    out of both counts, and Dramatiq's own callbacks test saw the join return before the callback ran."""
+    sqlite_broker.enqueue(msg(0))
+    sqlite_broker.enqueue(msg(1), delay=60_000)
+    consumer = sqlite_broker.consume(QUEUE, prefetch=1, timeout=100)
+    try:
+        assert next_message(consumer) is not None  # leased now
+        sqlite_broker.enqueue(msg(2))
+        statements: list[str] = []
+        with sqlite_broker.store.read() as conn:
+            conn.set_trace_callback(statements.append)
+            try:
+                pending = sqlite_broker.store.queue_pending_count(conn, QUEUE)
+            finally:
+                conn.set_trace_callback(None)
+    finally:
+        consumer.close()
+    assert pending == 3 and len(statements) == 1, statements
+
+
 def test_transactional_enqueue_on_another_database_is_refused(sqlite_broker: SQLiteBroker, tmp_path: Path) -> None:
     other = sqlite3.connect(tmp_path / "other.db", isolation_level=None)
     try:
