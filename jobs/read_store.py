@@ -320,14 +320,13 @@ def job_list(conn: Connection, f: JobFilterSQL, *, before: tuple[int, str] | Non
         # jobs, and collecting every match to sort took 0.7 s for a bulk action's page of 500.
         seen = {r.status for r in found}
         searched_first = tuple(s for s in f.statuses if s not in seen) if several else ()
-        if searched_first and not sqlite:
-            # PostgreSQL reads every match for those statuses anyway; a walked status's arm read them all once
-            # more ("ffmpeg" in failed, cancelled or interrupted jobs: two reads of 11,134 matches, 220 ms). One
-            # read serves every status.
-            searched_first = f.statuses
-        matched = None if sqlite or searched_first else _rare_matches(conn, f.search)
-        if matched is not None and several:
-            searched_first = f.statuses
+        if not sqlite:
+            # PostgreSQL reads every match for the statuses searched first anyway; a walked status's arm read them
+            # all once more ("ffmpeg" in failed, cancelled or interrupted jobs: two reads of 11,134 matches,
+            # 220 ms). So one read serves every status, as it does when the search is rare.
+            matched = None if searched_first else _rare_matches(conn, f.search)
+            if searched_first or (several and matched is not None):
+                searched_first = f.statuses
     listed = f if matched is None else replace(f, search=())
     where, params = _where(conn, replace(listed, statuses=()) if several else listed, listing=True)
     if matched is not None:
