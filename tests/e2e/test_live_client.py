@@ -22,6 +22,7 @@ import os
 import signal
 import time
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from websockets.sync.client import connect
@@ -31,6 +32,13 @@ from .conftest import Deployment
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 DEPLOYMENT_ENV = {"TENURE_WEB_LIVE_HEARTBEAT_S": "1", "TENURE_WEB_LIVE_RETRY_AFTER_S": "2"}
+
+REFETCHES = """
+(() => {
+  window.__tenureRefetched = 0;
+  document.addEventListener("tenure:list-refetched", () => { window.__tenureRefetched += 1; });
+})();
+"""
 
 VISIBILITY = """
 (() => {
@@ -57,6 +65,7 @@ class Page:
         self.requests: list[tuple[float, str, str]] = []
         self.probes: list[tuple[float, int, str | None]] = []  # HEAD /api/v1/live.sse answers
         self.errors: list[str] = []
+        self.notices: list[tuple[float, dict[str, Any]]] = []  # (when received, notice)
         self.page.on("websocket", self._socket)
         self.page.on("request", lambda r: self.requests.append((time.monotonic(), r.method, r.url)))
         self.page.on("response", self._response)
@@ -74,9 +83,14 @@ class Page:
     def _socket(self, ws: Any) -> None:
         record: dict[str, Any] = {"at": time.monotonic(), "sent": [], "received": [], "closed": None}
         ws.on("framesent", lambda payload: record["sent"].append(json.loads(payload)))
-        ws.on("framereceived", lambda payload: record["received"].append(json.loads(payload)))
+        ws.on("framereceived", lambda payload: self._received(record, json.loads(payload)))
         ws.on("close", lambda _ws: record.update(closed=time.monotonic()))
         self.sockets.append(record)
+
+    def _received(self, record: dict[str, Any], message: dict[str, Any]) -> None:
+        record["received"].append(message)
+        if message.get("type") == "notice":
+            self.notices.append((time.monotonic(), message))
 
     def _response(self, response: Any) -> None:
         if response.request.method == "HEAD" and response.url.endswith("/api/v1/live.sse"):
@@ -183,3 +197,37 @@ def test_a_page_whose_session_ended_stops_and_says_so(browser, deployment: Deplo
     p.until(lambda: False if time.monotonic() < p.probes[-1][0] + 3 else True)
     assert len(p.sockets) == attempts  # no more attempts
     p.close(expected_errors=("401", "HTTP Authentication failed"))
+
+
+def test_a_list_refetched_for_a_notice_never_replaces_a_search_typed_since(browser, deployment: Deployment) -> None:  # type: ignore[no-untyped-def]
+    """A notice re-fetches the job list a second later. When the person searches while that list is on
+    its way and it answers first, the search's answer must still be what the table shows. Every list
+    request is held, then let go in that order: the re-fetched list, then the search."""
+    p = Page(browser, deployment, init_script=REFETCHES)
+    page = p.page
+    held: list[tuple[float, Any]] = []
+    page.route(lambda url: urlsplit(url).path == "/jobs", lambda route: held.append((time.monotonic(), route)))
+    other = deployment.submit("e2e_echo", {"text": "another job in the list"})
+    job = deployment.submit("e2e_echo", {"text": "a notice for the list"})
+    for submitted in (other["id"], job["id"]):
+        deployment.wait_job(submitted, lambda j: j["status"] == "succeeded")
+        p.until(lambda s=submitted: any(n["job_id"] == s and n["status"] == "succeeded" for _, n in p.notices))
+    last_notice_at = max(at for at, _ in p.notices)
+    p.until(lambda: any(at > last_notice_at for at, _ in held))  # the list asked for after the last notice
+    refetched = [route for _, route in held]
+    assert all("q=" not in route.request.url for route in refetched)
+
+    page.locator("#q").press_sequentially(job["id"])
+    p.until(lambda: len(held) > len(refetched))
+    searched = [route for _, route in held[len(refetched) :]]
+    assert all(f"q={job['id']}" in route.request.url for route in searched)
+    for route in refetched:
+        route.continue_()
+    p.until(lambda: page.evaluate("window.__tenureRefetched") == len(refetched))
+    for route in searched:
+        route.continue_()
+
+    rows = page.locator("#job-table tbody tr[id^=job-]")
+    p.until(lambda: rows.count() == 1 and rows.first.get_attribute("id") == f"job-{job['id']}")
+    assert f"q={job['id']}" in page.url
+    p.close()

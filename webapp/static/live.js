@@ -26,6 +26,8 @@
   let signedOut = false;
   let notBefore = 0; // no connection attempt before this time (Retry-After, backoff)
   let listTimer = null;
+  let filtersAsked = 0; // requests of the list's filter form, sent
+  let filtersEnded = 0; // and ended (answered, failed or aborted)
 
   function show(text, on) {
     if (!state) return;
@@ -45,13 +47,39 @@
     const table = document.getElementById("job-table");
     if (!table || listTimer) return;
     if (document.querySelector('input[name="ids"]:checked')) return; // keep the user's selection
-    listTimer = setTimeout(function () {
-      listTimer = null;
-      window.htmx.ajax("GET", window.location.pathname + window.location.search, {
-        target: "#job-table", swap: "outerHTML", headers: { "HX-Request": "true" },
-      }).catch(function () {});
-    }, 1000);
+    listTimer = setTimeout(fetchList, 1000);
   }
+
+  // The filter form swaps its own answer into the table it saw when it asked; a list re-fetched meanwhile
+  // would replace that table, and the filter's answer would land nowhere. So a re-fetch waits for a filter
+  // in flight, and its answer is dropped if a filter was asked after it (that answer is the newer one).
+  function fetchList() {
+    if (filtersAsked !== filtersEnded) {
+      listTimer = setTimeout(fetchList, 250);
+      return;
+    }
+    listTimer = null;
+    const asked = filtersAsked;
+    fetch(window.location.pathname + window.location.search, {
+      headers: { "HX-Request": "true" }, credentials: "same-origin", cache: "no-store",
+    })
+      .then(function (r) { return r.ok ? r.text() : null; })
+      .then(function (html) {
+        const table = document.getElementById("job-table");
+        const selected = document.querySelector('input[name="ids"]:checked'); // keep the user's selection
+        const swapped = html !== null && !!table && asked === filtersAsked && !selected;
+        if (swapped) window.htmx.swap(table, html, { swapStyle: "outerHTML" });
+        document.dispatchEvent(new CustomEvent("tenure:list-refetched", { detail: { swapped: swapped } }));
+      })
+      .catch(function () {});
+  }
+
+  function isFilter(event) {
+    const elt = event.detail && event.detail.elt;
+    return !!(elt && elt.matches && elt.matches("form.filters"));
+  }
+  document.addEventListener("htmx:beforeRequest", function (event) { if (isFilter(event)) filtersAsked += 1; });
+  document.addEventListener("htmx:afterRequest", function (event) { if (isFilter(event)) filtersEnded += 1; });
 
   function refreshAll() {
     document.querySelectorAll("[data-live-src]").forEach(swap);
