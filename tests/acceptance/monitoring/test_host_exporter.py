@@ -7,13 +7,14 @@ processes must write to the exporter's own directory, never to that one.
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
 import sys
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,17 +73,28 @@ def host(tmp_path: Path) -> Iterator[Host]:
         broker.close()
 
 
-def wait_scrape(url: str, check, what: str, headers: dict[str, str] | None = None) -> Samples:  # type: ignore[no-untyped-def]
+def wait_scrape(  # type: ignore[no-untyped-def]
+    url: str, check, what: str, headers: dict[str, str] | None = None, *, log: Callable[[], str] = str
+) -> Samples:
+    """The first scrape of *url* that passes *check*. On time-out the failure says what the last scrape saw
+    and ends with *log()*: the tail of the worker's log (one that could not start, or ran nothing)."""
     last: list[Samples] = [{}]
+    seen = ["nothing scraped"]
 
     def ok() -> bool:
         try:
             last[0] = scrape(url, headers)
-        except OSError:
+        except OSError as e:
+            seen[0] = f"the scrape failed: {e}"
             return False
+        processed = total(last[0], "tenure_messages_processed_total", outcome="ok")
+        seen[0] = f"{processed:g} processed, {total(last[0], 'tenure_worker_processes'):g} worker processes"
         return bool(check(last[0]))
 
-    wait_for(ok, what)
+    try:
+        wait_for(ok, what)
+    except AssertionError as e:
+        raise AssertionError(f"{e}; the last scrape: {seen[0]}\n{log()}") from None
     return last[0]
 
 
@@ -134,21 +146,24 @@ def test_a_host_restarted_after_a_crash_goes_on_from_its_counts(host: Host, tmp_
     del host.env["PROMETHEUS_MULTIPROC_DIR"]  # a worker host: no web, no shared directory
     first = host.worker("first", port, "--metrics-dir", str(metrics_dir))
     host.send(10)
-    wait_scrape(url, lambda s: total(s, "tenure_messages_processed_total", outcome="ok") == 10, "10 processed")
+    processed = "tenure_messages_processed_total"
+    first_log = functools.partial(host.procs.log, "first")
+    wait_scrape(url, lambda s: total(s, processed, outcome="ok") == 10, "10 processed", log=first_log)
     # When: the whole command is SIGKILLed (no hook runs anywhere) and started again on the same directory
     os.killpg(first.pid, signal.SIGKILL)
     first.wait(10)
     wait_for(lambda: subprocess.run(["pgrep", "-g", str(first.pid)], capture_output=True).returncode == 1, "all gone")
     host.worker("again", port, "--metrics-dir", str(metrics_dir))
     # Then: its counts go on from the crashed run's; the dead processes' live gauges are gone
-    samples = wait_scrape(url, lambda s: total(s, "tenure_worker_processes") == 2, "the new worker processes")
-    assert total(samples, "tenure_messages_processed_total", outcome="ok") == 10
+    again_log = functools.partial(host.procs.log, "again")
+    samples = wait_scrape(url, lambda s: total(s, "tenure_worker_processes") == 2, "the new processes", log=again_log)
+    assert total(samples, processed, outcome="ok") == 10
     assert total(samples, "tenure_messages_in_progress") == 0
     names = sorted(os.listdir(metrics_dir))
     assert "counter_archive.db" in names and "histogram_archive.db" in names
     assert not [n for n in names if n.startswith("folding")]
     host.send(5)
-    wait_scrape(url, lambda s: total(s, "tenure_messages_processed_total", outcome="ok") == 15, "15 processed")
+    wait_scrape(url, lambda s: total(s, processed, outcome="ok") == 15, "15 processed", log=again_log)
     # A second command on a directory in use is refused
     other = host.worker("other", free_port(), "--metrics-dir", str(metrics_dir))
     assert other.wait(30) == 2
