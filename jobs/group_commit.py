@@ -8,7 +8,9 @@ round trip and a WAL flush the committing thread waits for. Here the threads of 
 those writes to one writer thread, which runs everything that arrived meanwhile in ONE transaction
 (SQLite: ``BEGIN IMMEDIATE … COMMIT`` on a raw connection, the way the broker group-commits its acks;
 PostgreSQL: one connection of the engine), so a page shared by many jobs is written, and a commit
-waited for, once per batch instead of once per job.
+waited for, once per batch instead of once per job. The claims of a batch, and its successes, run
+together (:class:`Together`): one statement for all of them rather than one per job, which is what a
+PostgreSQL writer's time goes to (one round trip per statement).
 
 Each write still has all-or-nothing semantics of its own: when one raises, the batch is rolled back
 and replayed write by write, each in its own transaction, so only that write fails and its
@@ -26,6 +28,7 @@ import sqlite3
 import threading
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine
@@ -48,11 +51,22 @@ class _WriteFailed(Exception):
     """A write of the batch raised (its exception is on the write); the batch was rolled back."""
 
 
-class _Write:
-    __slots__ = ("fn", "done", "result", "error", "pending", "committed", "trace")
+@dataclass(frozen=True, slots=True)
+class Together:
+    """How a write runs with the others of its kind in the same batch: ``run(txs, items)`` does what each
+    write's own function would do for its *item*, in one call (a claim or a success of several jobs in one
+    statement), and returns their results in order. Writes are grouped by *run*."""
 
-    def __init__(self, fn: Callable[[Tx], Any]) -> None:
+    run: Callable[[list[Tx], list[Any]], list[Any]]
+    item: Any
+
+
+class _Write:
+    __slots__ = ("fn", "together", "done", "result", "error", "pending", "committed", "trace")
+
+    def __init__(self, fn: Callable[[Tx], Any], together: Together | None = None) -> None:
         self.fn = fn
+        self.together = together
         #: The caller's trace context: the write's statements are its spans' children, whatever thread runs them.
         self.trace = tracing.current_context()
         self.done = threading.Event()
@@ -110,13 +124,32 @@ class _Engine:
 
 
 def _run(conn: Any, batch: list[_Write]) -> None:
+    groups: dict[Callable[..., list[Any]], list[_Write]] = {}
     for w in batch:
+        if w.together is None:
+            _run_alone(conn, w)
+        else:
+            groups.setdefault(w.together.run, []).append(w)
+    for run, writes in groups.items():
+        if len(writes) == 1:
+            _run_alone(conn, writes[0])
+            continue
         try:
-            with tracing.within(w.trace):
-                w.result = w.fn(Tx(conn, w.pending))
+            results = run([Tx(conn, w.pending) for w in writes], [w.together.item for w in writes])  # type: ignore[union-attr]
         except Exception as e:
-            w.error = e
+            # _commit runs each write of the batch alone next, so the one that raised gets its error.
             raise _WriteFailed() from e
+        for w, result in zip(writes, results, strict=True):
+            w.result = result
+
+
+def _run_alone(conn: Any, w: _Write) -> None:
+    try:
+        with tracing.within(w.trace):
+            w.result = w.fn(Tx(conn, w.pending))
+    except Exception as e:
+        w.error = e
+        raise _WriteFailed() from e
 
 
 class GroupCommitter:
@@ -231,10 +264,12 @@ def _committer(engine: Engine) -> GroupCommitter:
     return c
 
 
-def hot_write(engine: Engine, fn: Callable[[Tx], T]) -> T:
+def hot_write(engine: Engine, fn: Callable[[Tx], T], together: Together | None = None) -> T:
     """Run ``fn(tx)`` in a write transaction and return its result after the commit.
 
-    The write is group-committed with the other hot-path writes of this process. On SQLite (engines made
+    The write is group-committed with the other hot-path writes of this process; *together*, when given,
+    runs it in one call with the writes of its kind in the same batch (``fn`` still runs it alone when
+    it is the only one, and when a batch is replayed write by write). On SQLite (engines made
     by :func:`jobs.db.make_engine`) ``tx.conn`` is a raw :class:`sqlite3.Connection` (the store's
     hot-path queries accept either); on PostgreSQL, a connection of the engine's pool. *fn* must not
     keep state across calls, since a batch that fails as a whole is reported to every caller, whose
@@ -247,7 +282,7 @@ def hot_write(engine: Engine, fn: Callable[[Tx], T]) -> T:
         # while holding the lock that thread needs: it runs its write inline instead, as before.)
         with write(engine) as tx:
             return fn(tx)
-    w = _Write(fn)
+    w = _Write(fn, together)
     while True:
         c = _committer(engine)
         if c.submit(w):

@@ -191,6 +191,10 @@ def _positional(sql: str) -> tuple[str, tuple[str, ...]]:
     return found
 
 
+def _postgres(conn: Connection | sqlite3.Connection) -> bool:
+    return not isinstance(conn, sqlite3.Connection) and conn.dialect.name == "postgresql"
+
+
 def _exec(conn: Connection | sqlite3.Connection, sql: str, params: dict[str, Any]) -> Any:
     """Run *sql* on a SQLAlchemy connection, or directly on the raw sqlite3 connection of the hot path
     (:func:`jobs.db.fast_write`).
@@ -273,11 +277,18 @@ def job_claim(
 
 
 def job_claim_many(
-    conn: sqlite3.Connection, job_ids: list[str], worker: str, now: int, lease_ms: int
+    conn: Connection | sqlite3.Connection, job_ids: list[str], worker: str, now: int, lease_ms: int
 ) -> dict[str, JobRow]:
-    """:func:`job_claim` for several jobs in one statement (SQLite, a raw connection): the claimed rows by id.
+    """:func:`job_claim` for several jobs in one statement: the claimed rows by id.
 
     The guard is :func:`job_claim`'s, row by row; ids that match nothing are absent."""
+    if _postgres(conn):
+        # PostgreSQL reads the ids in index order, so two batches lock the rows they share in one order.
+        rows = conn.execute(
+            _q(_CLAIM.format(ids="id = ANY(:ids)", status="status") + f"RETURNING {JOB_COLUMNS}"),
+            {"ids": list(job_ids), "worker": worker, "expires": now + lease_ms, "now": now},
+        ).fetchall()
+        return {job.id: job for job in map(_job, rows) if job is not None}
     ids = {f"id{i}": job_id for i, job_id in enumerate(job_ids)}
     rows = _exec(
         conn,
@@ -293,22 +304,42 @@ def job_claim_many(
     return {job.id: job for job in claimed if job is not None}
 
 
+_COMPLETE_MANY = (
+    # v's columns (both engines name them columnN): id, attempt, worker, result, progress message.
+    "UPDATE jobs SET status = 'succeeded', result = v.column4, error = NULL, progress = 1.0, "
+    "progress_message = coalesce(v.column5, jobs.progress_message), worker_id = NULL, "
+    "lease_expires_at = NULL, completed_at = {now}, updated_at = {now}, event_seq = jobs.event_seq + 1 "
+    "FROM (VALUES {values}) AS v WHERE jobs.id = v.column1 AND {status} = 'running' "
+    "AND jobs.attempt = v.column2 AND jobs.worker_id = v.column3 AND jobs.cancel_requested_at IS NULL "
+    "RETURNING jobs.id, jobs.event_seq"
+)
+
+
 def job_complete_many(
-    conn: sqlite3.Connection, completions: list[tuple[str, int, str, str | None, str | None]], now: int
+    conn: Connection | sqlite3.Connection,
+    completions: list[tuple[str, int, str, str | None, str | None]],
+    now: int,
 ) -> dict[str, int]:
-    """:func:`job_complete_if_current` for several attempts in one statement (SQLite, a raw connection).
+    """:func:`job_complete_if_current` for several attempts in one statement.
 
     *completions*: ``(job_id, attempt, worker, result, progress_message)``. Returns the status event's
     sequence by job id for the attempts that were completed; the others (stale, or a cancel request
     committed first) are absent and untouched."""
-    values = ",".join("(?,?,?,?,?)" for _ in completions)
+    if not isinstance(conn, sqlite3.Connection):
+        postgres = _postgres(conn)
+        # Typed on PostgreSQL, which reads untyped parameters in VALUES as text.
+        row = "(:i{n}, CAST(:a{n} AS INTEGER), :w{n}, CAST(:r{n} AS TEXT), CAST(:m{n} AS TEXT))"
+        params: dict[str, Any] = {"now": now}
+        for n, (job_id, attempt, worker, result, message) in enumerate(completions):
+            params.update({f"i{n}": job_id, f"a{n}": attempt, f"w{n}": worker, f"r{n}": result, f"m{n}": message})
+        sql = _COMPLETE_MANY.format(
+            now=":now",
+            values=",".join(row.format(n=n) for n in range(len(completions))),
+            status="jobs.status" if postgres else "+jobs.status",
+        )
+        return {r[0]: int(r[1]) for r in conn.execute(_q(sql), params).fetchall()}
     rows = conn.execute(
-        "UPDATE jobs SET status = 'succeeded', result = v.column4, error = NULL, progress = 1.0, "
-        "progress_message = coalesce(v.column5, jobs.progress_message), worker_id = NULL, "
-        "lease_expires_at = NULL, completed_at = ?, updated_at = ?, event_seq = jobs.event_seq + 1 "
-        f"FROM (VALUES {values}) AS v WHERE jobs.id = v.column1 AND +jobs.status = 'running' "
-        "AND jobs.attempt = v.column2 AND jobs.worker_id = v.column3 AND jobs.cancel_requested_at IS NULL "
-        "RETURNING jobs.id, jobs.event_seq",
+        _COMPLETE_MANY.format(now="?", values=",".join("(?,?,?,?,?)" for _ in completions), status="+jobs.status"),
         (now, now, *(value for completion in completions for value in completion)),
     ).fetchall()
     return {row[0]: int(row[1]) for row in rows}
@@ -568,11 +599,20 @@ def event_insert(
     )
 
 
-def event_insert_many(conn: sqlite3.Connection, rows: list[tuple[str, int, str, str, int]]) -> None:
-    """:func:`event_insert` for several events in one statement (SQLite, a raw connection).
+def event_insert_many(conn: Connection | sqlite3.Connection, rows: list[tuple[str, int, str, str, int]]) -> None:
+    """:func:`event_insert` for several events in one statement.
 
     *rows*: ``(job_id, sequence, type, data, created_at)``."""
-    if rows:
+    if rows and not isinstance(conn, sqlite3.Connection):
+        params: dict[str, Any] = {}
+        values = []
+        for n, (job_id, sequence, type_, data, created_at) in enumerate(rows):
+            params.update({f"j{n}": job_id, f"s{n}": sequence, f"t{n}": type_, f"d{n}": data, f"c{n}": created_at})
+            params[f"o{n}"] = job_id  # bound again under its own name, as in event_insert
+            values.append(f"(:j{n}, :s{n}, :t{n}, :d{n}, :c{n}, {_EVENT_OWNER.format(job=f':o{n}')})")
+        insert = "INSERT INTO job_events (job_id, sequence, type, data, created_at, owner_id) VALUES "
+        conn.execute(_q(insert + ",".join(values)), params)
+    elif rows:
         owner = _EVENT_OWNER.format(job="?")
         conn.execute(
             "INSERT INTO job_events (job_id, sequence, type, data, created_at, owner_id) VALUES "

@@ -146,12 +146,12 @@ def claim_many(
     now: int,
     limits: Sequence[tuple[str | None, str | None]] | None = None,
 ) -> list[store.JobRow | None]:
-    """:func:`claim` for several jobs (SQLite; the *txs* share one raw connection, each with its own
+    """:func:`claim` for several jobs in one transaction (the *txs* share one connection, each with its own
     after-commit work): the jobs without limits in one statement, the limited ones one by one after it.
     A job named twice is claimed once (the later request gets None)."""
     limits = limits or [NO_LIMITS] * len(job_ids)
     plain = [job_id for job_id, keys in zip(job_ids, limits, strict=True) if keys == NO_LIMITS]
-    claimed = store.job_claim_many(txs[0].conn, plain, worker, now, lease_ms) if plain else {}  # type: ignore[arg-type]
+    claimed = store.job_claim_many(txs[0].conn, plain, worker, now, lease_ms) if plain else {}
     events.status_events_many(
         txs[0].conn, now, [(j.id, j.event_seq, "running", {"attempt": j.attempt}) for j in claimed.values()]
     )
@@ -191,14 +191,14 @@ def complete(tx: Tx, attempt: Attempt, result: str | None, *, now: int, progress
 def complete_many(
     txs: Sequence[Tx], completions: Sequence[tuple[Attempt, str | None, str | None]], *, now: int
 ) -> list[bool]:
-    """:func:`complete` for several attempts in one statement (SQLite; the *txs* share one raw connection).
+    """:func:`complete` for several attempts in one statement (the *txs* share one connection).
 
     *completions*: ``(attempt, result, progress_message)`` of jobs that are no workflow steps. Returns,
     in order, whether each was completed; the others (stale, or a cancel request committed first) are
     untouched."""
     assert all(a.parent_job_id is None for a, _, _ in completions), "a workflow step completes alone"
     done = store.job_complete_many(
-        txs[0].conn,  # type: ignore[arg-type]
+        txs[0].conn,
         [(a.job_id, a.attempt, a.worker_id, result, message) for a, result, message in completions],
         now,
     )

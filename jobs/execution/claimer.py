@@ -4,9 +4,9 @@ A claim is :func:`jobs.transitions.claim` (queued → running, ``attempt + 1``, 
 lease), committed before the actor starts. A job still running under an expired lease (a redelivered
 message of a worker that died) is recovered first, then claimed in the same transaction, so its lost
 attempt is recorded like any other recovery's. With the SQLite broker on the job file, the claim joins
-the broker's next ack batch on the same file, and the claims of one batch are one UPDATE
-(:func:`jobs.transitions.claim_many`); elsewhere it is group-committed with the process's other
-hot-path writes (:func:`jobs.group_commit.hot_write`) or, on PostgreSQL, a transaction of its own.
+the broker's next ack batch on the same file; elsewhere it is group-committed with the process's other
+hot-path writes (:func:`jobs.group_commit.hot_write`). Either way the claims of one batch are one
+UPDATE (:func:`jobs.transitions.claim_many`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from dramatiq.broker import Broker
 
 from .. import db, store, tracing, transitions
 from ..context import JobContext
-from ..group_commit import hot_write
+from ..group_commit import Together, hot_write
 from ..lifecycle import AfterCommitBuffer
 from ..publish import prepare_broker
 from ..recovery import recover_in
@@ -65,7 +65,7 @@ class Claimer:
             job = broker.write_with_acks(queue_name, request, batch=self._batch)  # type: ignore[attr-defined]
             request.pending.run()
         else:
-            job = hot_write(worker.engine, one)
+            job = hot_write(worker.engine, one, Together(self._together, (job_id, limits, broker)))
         if job is None:
             with db.write(worker.engine) as tx:
                 # Maybe it is running under an expired lease (its worker died): recover it now rather than
@@ -81,13 +81,22 @@ class Claimer:
     def _batch(self, conn: sqlite3.Connection, requests: list[_ClaimRequest]) -> list[store.JobRow | None]:
         """The claims of one ack batch in one UPDATE and one INSERT of their status events."""
         txs = [r.tx(conn) for r in requests]
+        return self._claim_many(txs, [r.job_id for r in requests], [r.limits for r in requests])
+
+    def _together(
+        self, txs: list[db.Tx], items: list[tuple[str, tuple[str | None, str | None], Broker]]
+    ) -> list[store.JobRow | None]:
+        """The claims of one group-committed batch, the same way."""
+        for tx, (_, _, broker) in zip(txs, items, strict=True):
+            tx.broker = broker
+        return self._claim_many(txs, [job_id for job_id, _, _ in items], [limits for _, limits, _ in items])
+
+    def _claim_many(
+        self, txs: list[db.Tx], job_ids: list[str], limits: list[tuple[str | None, str | None]]
+    ) -> list[store.JobRow | None]:
+        worker = self.worker
         return transitions.claim_many(
-            txs,
-            [r.job_id for r in requests],
-            worker=self.worker.worker_id,
-            lease_ms=self.worker.lease_ttl_ms,
-            now=store.now_ms(),
-            limits=[r.limits for r in requests],
+            txs, job_ids, worker=worker.worker_id, lease_ms=worker.lease_ttl_ms, now=store.now_ms(), limits=limits
         )
 
 

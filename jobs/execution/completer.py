@@ -30,7 +30,7 @@ from dramatiq.errors import ConnectionClosed
 from sqlalchemy.exc import OperationalError
 
 from .. import attempts, db, store, tracing, transitions
-from ..group_commit import hot_write
+from ..group_commit import Together, hot_write
 from ..lifecycle import AfterCommitBuffer, lifecycle
 from ..publish import prepare_broker
 from ..transitions import Attempt
@@ -149,9 +149,11 @@ class InlineCompleter:
             return _settle(tx, attempt, outcome, store.now_ms(), message)
 
         if isinstance(outcome, Succeeded) and attempt.parent_job_id is None:
-            # The hot path: a plain job's success, group-committed on SQLite.
+            # The hot path: a plain job's success, group-committed with the others of its batch.
+            together = Together(_successes_together, (attempt, outcome.result, message, broker))
             return retrying(
-                f"Recording the outcome of job {attempt.job_id}", lambda: hot_write(self.worker.engine, write)
+                f"Recording the outcome of job {attempt.job_id}",
+                lambda: hot_write(self.worker.engine, write, together),
             )
         if broker is not None:
             prepare_broker(broker)  # before the transaction: a retry may enqueue on it
@@ -183,16 +185,29 @@ class BatchCompleter:
         return "deferred"
 
 
-def _complete_batch(conn: sqlite3.Connection, completions: list[_AckCompletion]) -> list[Callable[[], None]]:
-    """The successes of one ack batch in one UPDATE and one INSERT of their status events; an attempt that
-    matched nothing (a cancel request first, or stale) is settled alone."""
+def _succeed_many(txs: list[db.Tx], successes: list[tuple[Attempt, str | None, str | None]]) -> list[Final]:
+    """Successes ``(attempt, result, progress message)`` in one UPDATE and one INSERT of their status events;
+    an attempt that matched nothing (a cancel request first, or stale) is settled alone."""
     now = store.now_ms()
-    txs = [c.tx(conn) for c in completions]
-    done = transitions.complete_many(txs, [(c.ctx.execution, c.result, c.message) for c in completions], now=now)
+    done = transitions.complete_many(txs, successes, now=now)
     return [
-        c.after("succeeded") if ok else c.after(_settle(tx, c.ctx.execution, Succeeded(c.result), now, c.message))
-        for c, tx, ok in zip(completions, txs, done, strict=True)
+        "succeeded" if ok else _settle(tx, attempt, Succeeded(result), now, message)
+        for tx, (attempt, result, message), ok in zip(txs, successes, done, strict=True)
     ]
+
+
+def _successes_together(txs: list[db.Tx], items: list[tuple[Attempt, str | None, str | None, Any]]) -> list[Final]:
+    """The successes of one group-committed batch (:class:`InlineCompleter`)."""
+    for tx, (_, _, _, broker) in zip(txs, items, strict=True):
+        tx.broker = broker
+    return _succeed_many(txs, [(attempt, result, message) for attempt, result, message, _ in items])
+
+
+def _complete_batch(conn: sqlite3.Connection, completions: list[_AckCompletion]) -> list[Callable[[], None]]:
+    """The successes of one ack batch (:class:`BatchCompleter`)."""
+    txs = [c.tx(conn) for c in completions]
+    finals = _succeed_many(txs, [(c.ctx.execution, c.result, c.message) for c in completions])
+    return [c.after(final) for c, final in zip(completions, finals, strict=True)]
 
 
 class _AckCompletion:

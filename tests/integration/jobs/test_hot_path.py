@@ -4,23 +4,28 @@ counted without per-job INFO lines."""
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import event, text
 
 import jobs
-from jobs import JobContext, db
-from jobs.group_commit import hot_write
+from jobs import JobContext, db, transitions
+from jobs.group_commit import Together, _committer, hot_write
+from jobs.lifecycle import AfterCommitBuffer
 from jobs.lifecycle import observers as lifecycle_observers
 
-from .support import JobEnv
+from .support import JobEnv, observed
 
 
 def _insert(tx: db.Tx, value: str, seen: list[str] | None = None) -> str:
-    tx.conn.execute("INSERT INTO hot (v) VALUES (:v)", {"v": value})
+    sql = "INSERT INTO hot (v) VALUES (:v)"
+    tx.conn.execute(sql if isinstance(tx.conn, sqlite3.Connection) else text(sql), {"v": value})
     if seen is not None:
         tx.after_commit(lambda: seen.append(value))
     return value
@@ -328,6 +333,128 @@ def test_a_real_worker_completes_jobs_through_its_acks(sqlite_env: JobEnv) -> No
     assert all((r.status, r.result, r.progress_message) == ("succeeded", '"ok"', "done") for r in rows)
     assert env.sql("SELECT count(*) FROM broker_messages")[0][0] == 0  # acked in the same transactions
     assert list(env.mw.worker._ack_file.values()) == [True]  # the completions did ride on the acks
+
+
+# -- claims and successes of one group-committed batch (hot_write's Together) -------------------------
+def test_writes_of_one_kind_in_a_batch_run_together_and_one_that_raises_fails_alone(env: JobEnv) -> None:
+    env.sql("CREATE TABLE hot (v TEXT PRIMARY KEY)")
+    calls: list[list[str]] = []
+    seen: list[str] = []
+    results: dict[int, Any] = {}
+
+    def together(txs: list[db.Tx], values: list[str]) -> list[str]:
+        calls.append(values)
+        return [_insert(tx, value, seen) for tx, value in zip(txs, values, strict=True)]
+
+    def writer(i: int, value: str) -> None:
+        try:
+            results[i] = hot_write(env.engine, lambda tx: _insert(tx, value, seen), Together(together, value))
+        except Exception as e:
+            results[i] = e
+
+    def one_batch(values: dict[int, str]) -> None:
+        """The writes of *values* queued while the writer thread is held inside another: one batch."""
+        running, hold = threading.Event(), threading.Event()
+        first = threading.Thread(target=hot_write, args=(env.engine, lambda tx: running.set() or hold.wait(10)))
+        first.start()
+        assert running.wait(10)
+        threads = [threading.Thread(target=writer, args=item) for item in values.items()]
+        for t in threads:
+            t.start()
+        committer, deadline = _committer(env.engine), time.monotonic() + 10
+        while len(committer._pending) < len(values):
+            assert time.monotonic() < deadline, "the writes were never queued"
+            time.sleep(0.001)
+        hold.set()
+        for t in [first, *threads]:
+            t.join(10)
+
+    # Four writers insert "dup": the batch raises, each write then runs alone, and three fail alone
+    one_batch({i: "dup" if i % 5 == 0 else f"v{i}" for i in range(16)})
+    assert [len(c) for c in calls] == [16]
+    failed = [i for i, r in results.items() if isinstance(r, Exception)]
+    assert len(failed) == 3 and all(i % 5 == 0 for i in failed)
+    rows = sorted(r[0] for r in env.sql("SELECT v FROM hot"))
+    assert rows == sorted({"dup"} | {f"v{i}" for i in range(16) if i % 5})
+    assert sorted(seen) == rows  # after-commit work once per committed write
+
+    # A batch that does not raise commits as it ran: one call for all of them
+    calls.clear()
+    one_batch({i: f"w{i}" for i in range(8)})
+    assert [sorted(c) for c in calls] == [sorted(f"w{i}" for i in range(8))]
+    assert [results[i] for i in range(8)] == [f"w{i}" for i in range(8)]
+
+
+@contextmanager
+def _batch_connection(env: JobEnv) -> Iterator[tuple[Any, list[str]]]:
+    """The connection a group-committed batch runs on (SQLite: a raw one), in a transaction that commits at
+    the end, and the statements run on it."""
+    statements: list[str] = []
+    if env.backend == "sqlite":
+        conn = db.raw_connection(env.engine.url.database or "", 5000)
+        # SQLite's trace names a statement again at each run of its triggers, between the search index's
+        # own reads; with its parameters inlined, each text once is each statement once.
+        conn.set_trace_callback(lambda sql: None if sql in statements else statements.append(sql))
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            yield conn, statements
+            conn.execute("COMMIT")
+        finally:
+            conn.close()
+        return
+    with env.engine.begin() as conn:
+        event.listen(conn, "before_cursor_execute", lambda *args: statements.append(args[2]))
+        yield conn, statements
+
+
+def test_the_claims_and_successes_of_a_group_committed_batch_are_one_update_each_with_the_guards_of_each(
+    env: JobEnv,
+) -> None:
+    from jobs.execution.completer import _successes_together
+
+    env.declare("together", lambda ctx: None)
+    fresh, duplicate_of, finished, to_cancel, superseded = (env.submit("together").id for _ in range(5))
+    assert jobs.cancel(env.engine, finished, by="u1").outcome == jobs.CancelOutcome.CANCELLED
+    ids = [fresh, duplicate_of, duplicate_of, finished, to_cancel, superseded]  # the same job twice: a duplicate
+    with observed() as told:
+        with _batch_connection(env) as (conn, statements):
+            txs = [db.Tx(conn, AfterCommitBuffer()) for _ in ids]
+            claimed = env.mw.claimer._together(txs, [(job_id, transitions.NO_LIMITS, env.broker) for job_id in ids])
+        for tx in txs:
+            tx.pending.run()
+    assert [None if c is None else c.id for c in claimed] == [fresh, duplicate_of, None, None, to_cancel, superseded]
+    assert len([s for s in statements if s.startswith("UPDATE jobs SET status = 'running'")]) == 1
+    for job_id in (fresh, duplicate_of, to_cancel, superseded):
+        row = env.row(job_id)
+        assert (row.status, row.attempt, row.worker_id) == ("running", 1, env.mw.worker_id)
+        statuses = [e.data for e in jobs.job_events(env.engine, job_id, owner_id="u1") if e.type == "status"]
+        assert statuses == [{"status": "queued"}, {"status": "running", "attempt": 1}]
+    assert env.row(finished).status == "cancelled"
+    assert sorted((f["job_id"], f["event"]) for f in told) == sorted(
+        (job_id, "job.started") for job_id in (fresh, duplicate_of, to_cancel, superseded)
+    )
+
+    # Successes: one succeeds, one had a cancel request committed first, one's attempt was superseded
+    attempts = {c.id: transitions.Attempt.of(c) for c in claimed if c is not None}
+    assert jobs.cancel(env.engine, to_cancel, by="u1").outcome == jobs.CancelOutcome.REQUESTED
+    env.age_lease(superseded)
+    assert env.claim(superseded, env.worker()) is not None
+    before_superseded = env.row(superseded)
+    successes = [(attempts[job_id], '{"n":1}', "last words", env.broker) for job_id in (fresh, to_cancel, superseded)]
+    with _batch_connection(env) as (conn, statements):
+        finals = _successes_together([db.Tx(conn, AfterCommitBuffer()) for _ in successes], successes)
+    assert finals == ["succeeded", "cancelled", "stale"]
+    # One statement for the batch. The two attempts it did not complete are settled alone: each tries its
+    # own success (refused again), and the one with a cancel request is then cancelled.
+    moves = [s for s in statements if s.startswith("UPDATE jobs SET status")]
+    assert ["FROM (VALUES" in s for s in moves] == [True, False, False, False]
+    row = env.row(fresh)
+    assert (row.status, row.result, row.progress, row.progress_message) == ("succeeded", '{"n":1}', 1.0, "last words")
+    assert env.row(to_cancel).status == "cancelled"
+    assert env.row(superseded) == before_superseded
+    for job_id, final in ((fresh, "succeeded"), (to_cancel, "cancelled")):
+        statuses = [e.data["status"] for e in jobs.job_events(env.engine, job_id, owner_id="u1") if e.type == "status"]
+        assert statuses == ["queued", "running", final]
 
 
 def test_activity_reads_the_window_scoped_by_owner(env: JobEnv) -> None:
