@@ -155,19 +155,23 @@ def claim_refusal(tx: Tx, job_id: str, keys: Sequence[str | None], *, now: int) 
     """Whether a claim of the job with ``(concurrency key, rate key)`` *keys* must wait instead (None: it may
     run). Takes the keys' locks, which the claim keeps until it commits."""
     key, rate_key = keys
-    rules = policy(tx.conn)
     conn = tx.conn
-    if key is not None:
-        store.lock_key(conn, key)
-        limit = rules.concurrency_limit(key)
-        if limit is not None and store.key_running(conn, key) >= limit:
-            return Verdict(CONCURRENCY, key)
+    if key is not None and concurrency_room(tx, key) == 0:
+        return Verdict(CONCURRENCY, key)
     if rate_key is not None:
         store.lock_key(conn, rate_key)
-        rate = rules.rate(rate_key)
+        rate = policy(conn).rate(rate_key)
         if rate is not None and len(store.rate_starts_since(conn, rate_key, now - rate[1])) >= rate[0]:
             return Verdict(RATE, rate_key)
     return None
+
+
+def concurrency_room(tx: Tx, key: str) -> int | None:
+    """How many more jobs of concurrency *key* may start now (None: the key has no limit). Takes the key's
+    lock, which the claims that use the room keep until they commit."""
+    store.lock_key(tx.conn, key)
+    limit = policy(tx.conn).concurrency_limit(key)
+    return None if limit is None else max(0, limit - store.key_running(tx.conn, key))
 
 
 def claim_refused(tx: Tx, job_id: str, refusal: Verdict, *, now: int) -> None:

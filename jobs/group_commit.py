@@ -135,7 +135,8 @@ def _run(conn: Any, batch: list[_Write]) -> None:
             _run_alone(conn, writes[0])
             continue
         try:
-            results = run([Tx(conn, w.pending) for w in writes], [w.together.item for w in writes])  # type: ignore[union-attr]
+            with tracing.within(writes[0].trace):  # one statement for all: its span goes to the first's trace
+                results = run([Tx(conn, w.pending) for w in writes], [w.together.item for w in writes])  # type: ignore[union-attr]
         except Exception as e:
             # _commit runs each write of the batch alone next, so the one that raised gets its error.
             raise _WriteFailed() from e

@@ -147,22 +147,57 @@ def claim_many(
     limits: Sequence[tuple[str | None, str | None]] | None = None,
 ) -> list[store.JobRow | None]:
     """:func:`claim` for several jobs in one transaction (the *txs* share one connection, each with its own
-    after-commit work): the jobs without limits in one statement, the limited ones one by one after it.
-    A job named twice is claimed once (the later request gets None)."""
+    after-commit work): one statement for the jobs without limits and those their concurrency key has room
+    for (each key locked and counted once for the batch; the others wait for it), then the jobs with a
+    rate key one by one. A job named twice is claimed once (the later request gets None)."""
     limits = limits or [NO_LIMITS] * len(job_ids)
-    plain = [job_id for job_id, keys in zip(job_ids, limits, strict=True) if keys == NO_LIMITS]
-    claimed = store.job_claim_many(txs[0].conn, plain, worker, now, lease_ms) if plain else {}
+    claiming: list[str] = []
+    rooms: dict[str, int | None] = {}
+    sent: dict[str, list[str]] = {}  # a limited key's jobs in the statement about to run
+    past: dict[str, list[int]] = {}  # the positions of its jobs past its room, in order
+    for i, (job_id, (key, rate_key)) in enumerate(zip(job_ids, limits, strict=True)):
+        if rate_key is not None:
+            continue
+        if key is not None:
+            if key not in rooms:
+                rooms[key] = admission.concurrency_room(txs[0], key)
+                sent[key], past[key] = [], []
+            room = rooms[key]
+            if room == 0:
+                past[key].append(i)
+                continue
+            if room is not None:
+                rooms[key] = room - 1
+                sent[key].append(job_id)
+        claiming.append(job_id)
+    if rooms:
+        now = max(now, store.now_ms())  # the keys' locks may have been waited for: the start is now
+    claimed: dict[str, store.JobRow] = {}
+    while claiming:
+        got = store.job_claim_many(txs[0].conn, claiming, worker, now, lease_ms)
+        claimed.update(got)
+        # Room a claim did not use (its job was no longer queued) goes to the next job past the room.
+        claiming = []
+        for key, ids in sent.items():
+            unused = sum(job_id not in got for job_id in ids)
+            ids[:] = [job_ids[i] for i in past[key][:unused]]
+            del past[key][:unused]
+            claiming += ids
     events.status_events_many(
         txs[0].conn, now, [(j.id, j.event_seq, "running", {"attempt": j.attempt}) for j in claimed.values()]
     )
+    waiting = {i: key for key, positions in past.items() for i in positions}
     jobs: list[store.JobRow | None] = []
-    for tx, job_id, keys in zip(txs, job_ids, limits, strict=True):
-        if keys == NO_LIMITS:
+    for i, (tx, job_id, keys) in enumerate(zip(txs, job_ids, limits, strict=True)):
+        job: store.JobRow | None = None
+        if i in waiting:
+            admission.claim_refused(tx, job_id, admission.Verdict(admission.CONCURRENCY, waiting[i]), now=now)
+        elif keys[1] is not None:
+            job = _claim_one(tx, job_id, worker=worker, lease_ms=lease_ms, now=now, limits=keys)
+        else:
             job = claimed.pop(job_id, None)
             if job is not None:
                 _tell(tx, "job.started", job.id, job.kind, job.attempt)
-        else:
-            job = _claim_one(tx, job_id, worker=worker, lease_ms=lease_ms, now=now, limits=keys)
         jobs.append(job)
     started = [j for j in jobs if j is not None]
     if started:

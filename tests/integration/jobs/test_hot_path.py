@@ -19,6 +19,7 @@ from jobs import JobContext, db, transitions
 from jobs.group_commit import Together, _committer, hot_write
 from jobs.lifecycle import AfterCommitBuffer
 from jobs.lifecycle import observers as lifecycle_observers
+from jobs.limits import ConcurrencyLimit
 
 from .support import JobEnv, observed
 
@@ -455,6 +456,29 @@ def test_the_claims_and_successes_of_a_group_committed_batch_are_one_update_each
     for job_id, final in ((fresh, "succeeded"), (to_cancel, "cancelled")):
         statuses = [e.data["status"] for e in jobs.job_events(env.engine, job_id, owner_id="u1") if e.type == "status"]
         assert statuses == ["queued", "running", final]
+
+
+def test_a_batch_counts_a_concurrency_key_once_and_gives_room_a_claim_left_unused_to_the_next_job(
+    env: JobEnv,
+) -> None:
+    env.declare("keyed", lambda ctx: None, concurrency=ConcurrencyLimit("keyed.owner", limit=2))
+    # Delayed jobs are admitted without counting (their messages wait in the broker): four queued jobs
+    # of a key with room for two. One of them is cancelled before its message comes.
+    cancelled, first, second, third = (env.submit("keyed", delay=60).id for _ in range(4))
+    assert [env.row(i).held for i in (cancelled, first, second, third)] == [None] * 4
+    assert jobs.cancel(env.engine, cancelled, by="u1").outcome == jobs.CancelOutcome.CANCELLED
+    ids, key = [cancelled, first, second, third], "keyed.owner=u1"
+    with _batch_connection(env) as (conn, statements):
+        txs = [db.Tx(conn, AfterCommitBuffer()) for _ in ids]
+        claimed = env.mw.claimer._together(txs, [(job_id, (key, None), env.broker) for job_id in ids])
+    for tx in txs:
+        tx.pending.run()
+    # The cancelled job's claim found nothing: its room went to the next job, in a second statement
+    assert [None if c is None else c.id for c in claimed] == [None, first, second, None]
+    assert [env.row(i).status for i in ids] == ["cancelled", "running", "running", "queued"]
+    assert (env.row(third).held, env.row(third).held_on) == ("concurrency", key)
+    assert len([s for s in statements if s.startswith("SELECT count(*) FROM jobs WHERE concurrency_key")]) == 1
+    assert len([s for s in statements if s.startswith("UPDATE jobs SET status = 'running'")]) == 2
 
 
 def test_activity_reads_the_window_scoped_by_owner(env: JobEnv) -> None:
