@@ -151,17 +151,16 @@ def claim_many(
     for (each key locked and counted once for the batch; the others wait for it), then the jobs with a
     rate key one by one. A job named twice is claimed once (the later request gets None)."""
     limits = limits or [NO_LIMITS] * len(job_ids)
+    # Keys locked in one order by every batch: two batches sharing keys never wait for each other in a circle.
+    keys = sorted({key for key, rate_key in limits if key is not None and rate_key is None})
+    rooms = {key: admission.concurrency_room(txs[0], key) for key in keys}
+    sent: dict[str, list[str]] = {key: [] for key in keys}  # a limited key's jobs in the statement about to run
+    past: dict[str, list[int]] = {key: [] for key in keys}  # the positions of its jobs past its room, in order
     claiming: list[str] = []
-    rooms: dict[str, int | None] = {}
-    sent: dict[str, list[str]] = {}  # a limited key's jobs in the statement about to run
-    past: dict[str, list[int]] = {}  # the positions of its jobs past its room, in order
     for i, (job_id, (key, rate_key)) in enumerate(zip(job_ids, limits, strict=True)):
         if rate_key is not None:
             continue
         if key is not None:
-            if key not in rooms:
-                rooms[key] = admission.concurrency_room(txs[0], key)
-                sent[key], past[key] = [], []
             room = rooms[key]
             if room == 0:
                 past[key].append(i)
@@ -250,7 +249,9 @@ def complete_many(
     for tx, (a, _, _), ok in zip(txs, completions, completed, strict=True):
         if ok:
             _tell(tx, "job.completed", a.job_id, a.kind, a.attempt, outcome="succeeded", duration_s=a.elapsed_s())
-            _stopped_running(tx, a, now)
+    # Each key's slots come back once for the batch, keys in the order claims lock them.
+    for key in sorted({a.concurrency_key for a, _, _ in completions if a.concurrency_key and a.job_id in done}):
+        admission.released(txs[0], queue=None, concurrency_key=key, rate_key=None, now=now)
     return completed
 
 

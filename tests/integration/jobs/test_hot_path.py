@@ -386,16 +386,28 @@ def test_writes_of_one_kind_in_a_batch_run_together_and_one_that_raises_fails_al
     assert [results[i] for i in range(8)] == [f"w{i}" for i in range(8)]
 
 
+class _Recording(sqlite3.Connection):
+    """A raw connection that records the statements run on it (SQLite's own trace repeats a statement at
+    each run of its triggers, and shows the search index's internal reads)."""
+
+    statements: list[str]
+
+    def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:  # type: ignore[override]
+        self.statements.append(sql)
+        return super().execute(sql, *args)
+
+
 @contextmanager
 def _batch_connection(env: JobEnv) -> Iterator[tuple[Any, list[str]]]:
-    """The connection a group-committed batch runs on (SQLite: a raw one), in a transaction that commits at
-    the end, and the statements run on it."""
+    """The connection a group-committed batch runs on (SQLite: a raw one, set up as ``db.raw_connection``
+    sets it up), in a transaction that commits at the end, and the statements run on it."""
     statements: list[str] = []
     if env.backend == "sqlite":
-        conn = db.raw_connection(env.engine.url.database or "", 5000)
-        # SQLite's trace names a statement again at each run of its triggers, between the search index's
-        # own reads; with its parameters inlined, each text once is each statement once.
-        conn.set_trace_callback(lambda sql: None if sql in statements else statements.append(sql))
+        conn = sqlite3.connect(env.engine.url.database or "", isolation_level=None, factory=_Recording)
+        conn.statements = []
+        for pragma in ("busy_timeout = 5000", "synchronous = NORMAL", "foreign_keys = ON"):
+            conn.execute(f"PRAGMA {pragma}")
+        conn.statements = statements
         try:
             conn.execute("BEGIN IMMEDIATE")
             yield conn, statements
@@ -458,9 +470,11 @@ def test_the_claims_and_successes_of_a_group_committed_batch_are_one_update_each
         assert statuses == ["queued", "running", final]
 
 
-def test_a_batch_counts_a_concurrency_key_once_and_gives_room_a_claim_left_unused_to_the_next_job(
+def test_a_batch_counts_a_concurrency_key_once_gives_room_left_unused_to_the_next_job_and_returns_it_once(
     env: JobEnv,
 ) -> None:
+    from jobs.execution.completer import _successes_together
+
     env.declare("keyed", lambda ctx: None, concurrency=ConcurrencyLimit("keyed.owner", limit=2))
     # Delayed jobs are admitted without counting (their messages wait in the broker): four queued jobs
     # of a key with room for two. One of them is cancelled before its message comes.
@@ -479,6 +493,16 @@ def test_a_batch_counts_a_concurrency_key_once_and_gives_room_a_claim_left_unuse
     assert (env.row(third).held, env.row(third).held_on) == ("concurrency", key)
     assert len([s for s in statements if s.startswith("SELECT count(*) FROM jobs WHERE concurrency_key")]) == 1
     assert len([s for s in statements if s.startswith("UPDATE jobs SET status = 'running'")]) == 2
+
+    # Both succeed in one batch: the key's slots come back once, and the job waiting for it is admitted
+    successes = [(transitions.Attempt.of(c), None, None, env.broker) for c in claimed if c is not None]
+    with _batch_connection(env) as (conn, statements):
+        txs = [db.Tx(conn, AfterCommitBuffer()) for _ in successes]
+        assert _successes_together(txs, successes) == ["succeeded", "succeeded"]
+    for tx in txs:
+        tx.pending.run()
+    assert (env.row(third).status, env.row(third).held) == ("queued", None)
+    assert len([s for s in statements if s.startswith("SELECT 1 FROM jobs WHERE held")]) == 1
 
 
 def test_activity_reads_the_window_scoped_by_owner(env: JobEnv) -> None:
