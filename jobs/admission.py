@@ -382,16 +382,22 @@ def _refill(tx: Tx, queue: str, now: int, rules: Policy, *, least: int = 1) -> N
     if free < max(1, least):
         return
     picked = _pick(tx, QUEUE, queue, free, rules, store.queue_inflight)
-    # A job without limits goes as soon as the window has room for it: those are admitted in one statement.
-    plain = [job for job, _ in picked if job.concurrency_key is None and job.rate_key is None]
-    unheld = store.unhold_many(conn, QUEUE, queue, [job.id for job in plain], now)
+    # A job without limits goes as soon as the window has room for it, and one with a concurrency key
+    # (and no rate key) if its key has room: those are admitted in one statement, each key counted once.
+    unlimited = [job for job, _ in picked if job.rate_key is None]
+    keyed, waits = _by_keys_room(conn, [job for job in unlimited if job.concurrency_key is not None], now, rules)
+    plain = [job.id for job in unlimited if job.concurrency_key is None]
+    unheld = store.unhold_many(conn, QUEUE, queue, plain + keyed, now)
+    for key in sorted(set(waits.values())):
+        _recheck_after_commit(tx, CONCURRENCY, key)
     # In the order picked (the broker delivers them first in, first out); a job whose owner is behind
     # its share goes before the window's other jobs: a newcomer does not wait behind a flood's window.
     for job, ahead in picked:
-        if job.concurrency_key is None and job.rate_key is None:
-            if job.id in unheld:
-                publish(tx, job, max(0, job.run_after - now), now, ahead=ahead)
-        else:
+        if job.id in unheld:
+            publish(tx, job, max(0, job.run_after - now), now, ahead=ahead)
+        elif job.id in waits:
+            store.hold(conn, job.id, CONCURRENCY, waits[job.id], now)
+        elif job.rate_key is not None:
             admit(
                 tx,
                 job,
@@ -402,6 +408,28 @@ def _refill(tx: Tx, queue: str, now: int, rules: Policy, *, least: int = 1) -> N
                 waiting=(QUEUE, queue),
                 ahead=ahead,
             )
+
+
+def _by_keys_room(conn: Any, jobs: list[HeldJob], now: int, rules: Policy) -> tuple[list[str], dict[str, str]]:
+    """Of *jobs* (each with a concurrency key), in order: the ids of those their key has room for, and the
+    others with the key they wait for. What :func:`verdict` decides one job at a time, each key counted
+    once: a delayed job goes without counting (its message waits in the broker), a due one takes a place."""
+    going: list[str] = []
+    waits: dict[str, str] = {}
+    for key in sorted({job.concurrency_key for job in jobs if job.concurrency_key is not None}):
+        limit = rules.concurrency_limit(key)
+        room = None if limit is None else limit - sum(store.key_active(conn, key, now))
+        for job in jobs:
+            if job.concurrency_key != key:
+                continue
+            if room is None or job.run_after > now:
+                going.append(job.id)
+            elif room > 0:
+                room -= 1
+                going.append(job.id)
+            else:
+                waits[job.id] = key
+    return going, waits
 
 
 def _release_key(tx: Tx, key: str, now: int, rules: Policy) -> None:

@@ -16,7 +16,7 @@ from dramatiq.message import Message
 from sqlalchemy.orm import Session
 
 import jobs
-from jobs import admission_policy
+from jobs import admission_policy, admission_store
 from jobs.limits import ConcurrencyLimit, RateLimit
 from jobs.publish import JOB_ID_OPTION, LIMITS_OPTION
 from jobs.queries import JobFilter
@@ -227,6 +227,30 @@ def test_a_submit_held_by_a_window_emptied_before_it_committed_is_admitted_at_it
     # Then the commit refills the window: two of the three go, the third waits behind them
     assert sorted(_held(env, i)[0] or "admitted" for i in late) == ["admitted", "admitted", "queue"]
     assert _drain_in_order(env, messages, 3) == ["late", "late", "late"]
+
+
+def test_a_window_refill_counts_each_key_once_and_the_jobs_past_its_room_wait_for_it(
+    env: JobEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env.declare("plain", lambda ctx: None)
+    env.declare("keyed", lambda ctx: None, concurrency=ConcurrencyLimit("keyed.owner", limit=1))
+    _save(env, {"fair_share.window": 2})
+    for _ in range(2):
+        env.submit("plain", owner_id="first")
+    first, second = (env.submit("keyed", owner_id="u2").id for _ in range(2))
+    assert [_held(env, i)[0] for i in (first, second)] == ["queue", "queue"]  # the window is full
+    counted: list[str] = []
+    key_active = admission_store.key_active
+    monkeypatch.setattr(
+        admission_store, "key_active", lambda conn, key, now: counted.append(key) or key_active(conn, key, now)
+    )
+    # A wider window: its refill picks both, the key has room for one
+    _save(env, {"fair_share.window": 4})
+    jobs.admission.admit_waiting(env.engine, env.broker)
+    assert (_held(env, first), _held(env, second)) == ((None, None), ("concurrency", "keyed.owner=u2"))
+    # once for both (on PostgreSQL once more after the commit: the recheck of a key decided without its lock)
+    assert counted == ["keyed.owner=u2"] * (1 if env.backend == "sqlite" else 2)
+    assert first in Messages(env).job_ids() and second not in Messages(env).job_ids()
 
 
 def test_fair_share_weights_give_owners_their_shares(env: JobEnv) -> None:

@@ -231,6 +231,23 @@ def test_a_postgres_search_page_looks_among_the_newest_jobs_first_and_finds_the_
             assert all("status = %(walk_status)s" in s for s in walks), walks
 
 
+def test_a_postgres_search_for_a_two_digit_id_prefix_walks_three_times_as_many_newest_jobs(
+    postgres_env: JobEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = postgres_env
+    _with_errors(env)
+    monkeypatch.setattr(read_store, "SEARCH_WALK_ROWS", 4)
+    newest_first = _newest_first(env, "true")
+    oldest = newest_first[-1]
+    for term, walked in ((oldest[:2], 12), (oldest[:3], 4), ("disk", 4)):
+        with _statements(env, _newest_first_statement) as seen:
+            pages = _pages(env, JobFilter(search=term), limit=4)
+        walks = [parameters["walk"] for statement, parameters in seen if "LIMIT %(walk)s" in statement]
+        assert walks and set(walks) == {walked}, (term, walks)
+        if term != "disk":  # the pages are the same, exactly: the jobs whose ids start with it, newest first
+            assert [j for page in pages for j in page] == [j for j in newest_first if j.startswith(term)]
+
+
 def test_a_postgres_search_of_several_statuses_reads_its_matches_once_when_the_newest_jobs_lack_a_status(
     postgres_env: JobEnv, monkeypatch: pytest.MonkeyPatch
 ) -> None:
