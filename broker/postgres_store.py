@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from importlib import resources
 from typing import Any
 
-from .store import DELAYED, READY, ClaimedRow, QueueStats
+from .store import DELAYED, READY, ClaimedRow, QueueStats, message_values
 
 #: Version of ``postgres_schema.sql``; a database recording a newer one is refused.
 SCHEMA_VERSION = 1
@@ -60,6 +60,17 @@ def message_insert(
         "INSERT INTO pgbroker_messages (queue, message_id, actor, priority, eta, state, enqueued_at, body) "
         "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
         (queue, message_id, actor, priority, eta, DELAYED if eta > enqueued_at else READY, enqueued_at, body),
+    )
+
+
+def message_insert_many(conn: Any, rows: Sequence[dict[str, Any]]) -> None:
+    """:func:`message_insert` of several rows (each as its keyword arguments) in one statement, in the order given."""
+    if not rows:
+        return
+    conn.execute(
+        "INSERT INTO pgbroker_messages (queue, message_id, actor, priority, eta, state, enqueued_at, body) VALUES "
+        + ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s)"] * len(rows)),
+        [value for row in rows for value in message_values(row)],
     )
 
 

@@ -25,6 +25,7 @@ from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
+from typing import Any
 
 from .connection import SQLiteTarget, check_location, check_sqlite_version, connect
 from .errors import UnsupportedDatabase, translate_errors
@@ -94,6 +95,22 @@ class QueueStats:
     paused: bool
     #: Leased rows whose lease expired and that no reaper has returned to READY yet.
     expired_leases: int = 0
+
+
+def message_values(row: dict[str, Any]) -> tuple[Any, ...]:
+    """A message row's column values, in the order ``(queue, message_id, actor, priority, eta, state,
+    enqueued_at, body)`` (both brokers' stores): due now or later decides its state."""
+    state = DELAYED if row["eta"] > row["enqueued_at"] else READY
+    return (
+        row["queue"],
+        row["message_id"],
+        row["actor"],
+        row["priority"],
+        row["eta"],
+        state,
+        row["enqueued_at"],
+        row["body"],
+    )
 
 
 class MessageStore:
@@ -268,6 +285,15 @@ class MessageStore:
             (queue, message_id, actor, priority, eta, DELAYED if eta > enqueued_at else READY, enqueued_at, body),
         )
         return int(cur.lastrowid or 0)
+
+    @staticmethod
+    def message_insert_many(conn: sqlite3.Connection, rows: Sequence[dict[str, Any]]) -> None:
+        """:meth:`message_insert` of several rows (each as its keyword arguments), in the order given."""
+        conn.executemany(
+            "INSERT INTO broker_messages (queue, message_id, actor, priority, eta, state, enqueued_at, body) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            [message_values(row) for row in rows],
+        )
 
     @staticmethod
     def message_claim(

@@ -48,7 +48,7 @@ from .admission_policy import Policy, policy
 from .admission_store import CONCURRENCY, QUEUE, RATE, STEPS, HeldJob
 from .db import Tx
 from .limits import key_value, limit_name, owner_keyed
-from .publish import publish_in_transaction, resolve_broker
+from .publish import Publication, publish_in_transaction, resolve_broker
 from .store import now_ms
 
 logger = logging.getLogger(__name__)
@@ -360,15 +360,8 @@ def publish(tx: Tx, job: HeldJob, delay_ms: int, now: int, broker: Any = None, *
     publish_in_transaction(
         tx.conn,  # type: ignore[arg-type]
         broker or tx.broker or resolve_broker(None),
-        job_id=job.id,
-        actor_name=job.actor_name,
-        queue_name=job.queue_name,
-        priority=job.priority,
-        delay_ms=delay_ms,
+        [Publication.of(job, delay_ms=delay_ms, ahead=ahead)],
         now=now,
-        trace_context=job.trace_context,
-        limits=(job.concurrency_key, job.rate_key),
-        ahead=ahead,
     )
 
 
@@ -390,14 +383,19 @@ def _refill(tx: Tx, queue: str, now: int, rules: Policy, *, least: int = 1) -> N
     unheld = store.unhold_many(conn, QUEUE, queue, plain + keyed, now)
     for key in sorted(set(waits.values())):
         _recheck_after_commit(tx, CONCURRENCY, key)
-    # In the order picked (the broker delivers them first in, first out); a job whose owner is behind
-    # its share goes before the window's other jobs: a newcomer does not wait behind a flood's window.
+    # In the order picked (the broker delivers them first in, first out), in one statement, then the
+    # rate-keyed ones; a job whose owner is behind its share goes before the window's other jobs: a newcomer
+    # does not wait behind a flood's window.
+    publish_in_transaction(
+        conn,
+        tx.broker or resolve_broker(None),
+        [Publication.of(job, delay_ms=job.run_after - now, ahead=ahead) for job, ahead in picked if job.id in unheld],
+        now=now,
+    )
     for job, ahead in picked:
-        if job.id in unheld:
-            publish(tx, job, max(0, job.run_after - now), now, ahead=ahead)
-        elif job.id in waits:
+        if job.id in waits:
             store.hold(conn, job.id, CONCURRENCY, waits[job.id], now)
-        elif job.rate_key is not None:
+        elif job.rate_key is not None:  # never among the unheld
             admit(
                 tx,
                 job,

@@ -13,6 +13,8 @@ from __future__ import annotations
 import sqlite3
 import sys
 import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from dramatiq.broker import Broker
@@ -105,46 +107,84 @@ def in_job_database(conn: Connection | sqlite3.Connection, broker: Broker) -> bo
     return same_sqlite_file(conn, broker) or same_postgres_database(conn, broker)
 
 
-def publish_in_transaction(
-    conn: Connection | sqlite3.Connection,
-    broker: Broker,
-    *,
-    job_id: str,
-    actor_name: str,
-    queue_name: str,
-    priority: int,
-    delay_ms: int,
-    now: int,
-    trace_context: str | None = None,
-    limits: tuple[str | None, str | None] = (None, None),
-    ahead: bool = False,
-) -> str:
-    """Write the job's next message inside the open transaction of *conn*; returns its message id.
+@dataclass(frozen=True, slots=True)
+class Publication:
+    """A queued job's next message, to write: what :func:`job_message` needs, and its delay in milliseconds."""
 
-    Only :mod:`jobs.admission` calls this: it decides when a queued job may have its message.
-    *trace_context*: the job's stored trace context, for a message written outside any span.
+    job_id: str
+    actor_name: str
+    queue_name: str
+    priority: int = 0
+    delay_ms: int = 0
+    trace_context: str | None = None
+    limits: tuple[str | None, str | None] = (None, None)
+    ahead: bool = False
+
+    @classmethod
+    def of(cls, job: Any, *, delay_ms: int, ahead: bool = False) -> Publication:
+        """For a queued job (a :class:`jobs.admission_store.HeldJob`, or any with its attributes)."""
+        return cls(
+            job.id,
+            job.actor_name,
+            job.queue_name,
+            job.priority,
+            max(0, delay_ms),
+            job.trace_context,
+            (job.concurrency_key, job.rate_key),
+            ahead,
+        )
+
+
+def publish_in_transaction(
+    conn: Connection | sqlite3.Connection, broker: Broker, jobs: Sequence[Publication], *, now: int
+) -> None:
+    """Write the next message of each of *jobs*, in order, inside the open transaction of *conn*.
+
+    Only :mod:`jobs.admission` calls this: it decides when a queued job may have its message. Several jobs
+    (a window refill) are one ``INSERT``. A publication's *trace_context* is the job's stored one, for a
+    message written outside any span.
 
     Raises:
-      dramatiq.errors.QueueNotFound: The SQLite or PostgreSQL broker has not declared the queue (call
+      dramatiq.errors.QueueNotFound: The SQLite or PostgreSQL broker has not declared a queue (call
         :func:`prepare_broker` before opening the transaction).
     """
-    message = job_message(
-        job_id, actor_name, queue_name, priority=priority, trace_context=trace_context, limits=limits, ahead=ahead
-    )
+    if not jobs:
+        return
+    messages = [
+        (
+            job_message(
+                job.job_id,
+                job.actor_name,
+                job.queue_name,
+                priority=job.priority,
+                trace_context=job.trace_context,
+                limits=job.limits,
+                ahead=job.ahead,
+            ),
+            job,
+        )
+        for job in jobs
+    ]
     if in_job_database(conn, broker):
-        broker.enqueue(message, delay=delay_ms if delay_ms > 0 else None, connection=conn)
+        broker.enqueue_many(  # type: ignore[attr-defined]
+            [(message, job.delay_ms if job.delay_ms > 0 else None) for message, job in messages], connection=conn
+        )
     else:
-        store.outbox_insert(
+        store.outbox_insert_many(
             conn,
-            message_id=message.message_id,
-            job_id=job_id,
-            queue_name=queue_name,
-            actor_name=actor_name,
-            body=message.encode(),
-            eta=now + max(0, delay_ms),
+            [
+                store.OutboxEntry(
+                    message_id=message.message_id,
+                    job_id=job.job_id,
+                    queue_name=job.queue_name,
+                    actor_name=job.actor_name,
+                    body=message.encode(),
+                    eta=now + max(0, job.delay_ms),
+                )
+                for message, job in messages
+            ],
             now=now,
         )
-    return message.message_id
 
 
 def resolve_broker(broker: Any | None) -> Broker:

@@ -27,8 +27,7 @@ from sqlalchemy import Engine
 from broker.depth import queue_depths
 
 from . import admission_store, db, store
-from .admission_store import HeldJob
-from .publish import in_job_database, publish_in_transaction
+from .publish import Publication, in_job_database, publish_in_transaction
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +48,6 @@ def republish_lost(engine: Engine, broker: Broker, *, min_age_ms: int, now: int 
     with db.write(engine) as tx:
         if in_job_database(tx.conn, broker):
             return 0
-        tx.broker = broker
         for queue, expected in admission_store.messages_expected(tx.conn, store.WORKFLOW_WORKER).items():
             depth = depths.get(queue)
             if depth is None or depth.delayed is None or depth.leased is None:
@@ -57,24 +55,11 @@ def republish_lost(engine: Engine, broker: Broker, *, min_age_ms: int, now: int 
             missing = expected - (depth.ready + depth.delayed + depth.leased)
             if missing <= 0:
                 continue
-            for job in admission_store.admitted_oldest(tx.conn, queue, now - min_age_ms, missing):
-                _republish(tx, job, now)
-                republished += 1
+            lost = admission_store.admitted_oldest(tx.conn, queue, now - min_age_ms, missing)
+            publish_in_transaction(
+                tx.conn, broker, [Publication.of(job, delay_ms=job.run_after - now) for job in lost], now=now
+            )
+            republished += len(lost)
     if republished:
         logger.warning("Republished %d job message(s) the broker no longer held.", republished)
     return republished
-
-
-def _republish(tx: db.Tx, job: HeldJob, now: int) -> None:
-    publish_in_transaction(
-        tx.conn,
-        tx.broker,
-        job_id=job.id,
-        actor_name=job.actor_name,
-        queue_name=job.queue_name,
-        priority=job.priority,
-        delay_ms=max(0, job.run_after - now),
-        now=now,
-        trace_context=job.trace_context,
-        limits=(job.concurrency_key, job.rate_key),
-    )

@@ -34,6 +34,7 @@ import json
 import re
 import sqlite3
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -148,6 +149,18 @@ class ExpiredJob:
     trace_context: str | None
     concurrency_key: str | None = None
     rate_key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxEntry:
+    """A message to write to the outbox: *eta* in ms epoch."""
+
+    message_id: str
+    job_id: str | None
+    queue_name: str
+    actor_name: str
+    body: bytes
+    eta: int
 
 
 @dataclass(frozen=True)
@@ -669,30 +682,29 @@ def idempotency_insert(
 
 
 # -- outbox ------------------------------------------------------------------------------------------
-def outbox_insert(
-    conn: Connection | sqlite3.Connection,
-    *,
-    message_id: str,
-    job_id: str | None,
-    queue_name: str,
-    actor_name: str,
-    body: bytes,
-    eta: int,
-    now: int,
-) -> None:
+def outbox_insert_many(conn: Connection | sqlite3.Connection, entries: Sequence[OutboxEntry], *, now: int) -> None:
+    """Write the messages of *entries* to the outbox in one statement, in order (the relay publishes by id)."""
+    if not entries:
+        return
+    params: dict[str, Any] = {"now": now}
+    values = []
+    for n, entry in enumerate(entries):
+        params.update(
+            {
+                f"m{n}": entry.message_id,
+                f"j{n}": entry.job_id,
+                f"q{n}": entry.queue_name,
+                f"a{n}": entry.actor_name,
+                f"b{n}": entry.body,
+                f"e{n}": entry.eta,
+            }
+        )
+        values.append(f"(:m{n}, :j{n}, :q{n}, :a{n}, :b{n}, :e{n}, :now, 0)")
     _exec(
         conn,
-        "INSERT INTO outbox (message_id, job_id, queue_name, actor_name, body, eta, created_at, attempts) "
-        "VALUES (:message_id, :job_id, :queue_name, :actor_name, :body, :eta, :now, 0)",
-        {
-            "message_id": message_id,
-            "job_id": job_id,
-            "queue_name": queue_name,
-            "actor_name": actor_name,
-            "body": body,
-            "eta": eta,
-            "now": now,
-        },
+        "INSERT INTO outbox (message_id, job_id, queue_name, actor_name, body, eta, created_at, attempts) VALUES "
+        + ", ".join(values),
+        params,
     )
 
 

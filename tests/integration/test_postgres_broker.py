@@ -265,6 +265,42 @@ def test_transactional_enqueue_on_another_database_is_refused(brokers: Callable[
             engine.dispose()
 
 
+@pytest.mark.parametrize("commit", [True, False], ids=["commit", "rollback"])
+def test_enqueue_many_writes_its_messages_in_one_statement_in_order_inside_the_callers_transaction(
+    brokers: Callable[..., PostgresBroker], database_url: str, sql: Callable[..., list[tuple]], commit: bool
+) -> None:
+    b = brokers()
+    b.ensure_schema()
+    b.enqueue(msg(0))  # already waiting: the batch goes after it
+    statements: list[str] = []
+    engine = sqlalchemy.create_engine(database_url)
+    try:
+        with engine.connect() as conn:
+            tx = conn.begin()
+            raw = conn.connection.driver_connection
+            execute = raw.execute
+            raw.execute = lambda query, *args, **kwargs: (
+                statements.append(str(query)) or execute(query, *args, **kwargs)
+            )
+            returned = b.enqueue_many([(msg(1), None), (msg(2), 60_000), (msg(3), None)], connection=conn)
+            assert [r.args for r in returned] == [(1,), (2,), (3,)]
+            assert returned[1].queue_name.endswith(".DQ") and "eta" in returned[1].options  # as enqueue returns it
+            assert sql("SELECT count(*) FROM pgbroker_messages") == [(1,)]  # not visible before the commit
+            tx.commit() if commit else tx.rollback()
+    finally:
+        engine.dispose()
+    assert [s for s in statements if s.startswith("INSERT")] == [statements[-1]]
+    assert statements[-1].count("), (") == 2  # three rows, one statement
+    consumer = b.consume(QUEUE, prefetch=1, timeout=100)
+    got = []
+    for _ in range(3 if commit else 1):
+        delivery = next_message(consumer)
+        consumer.ack(delivery)
+        got.append(delivery.args)
+    assert got == ([(0,), (1,), (3,)] if commit else [(0,)])  # the delayed one waits for its eta
+    assert sql("SELECT count(*) FROM pgbroker_messages WHERE state = 3") == ([(1,)] if commit else [(0,)])
+
+
 def test_requeued_deliveries_are_ready_again_without_counting_a_delivery(
     brokers: Callable[..., PostgresBroker], sql: Callable[..., list[tuple]]
 ) -> None:

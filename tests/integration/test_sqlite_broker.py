@@ -580,6 +580,58 @@ def test_a_message_written_in_the_brokers_own_write_transaction_wakes_its_queue_
         consumer.close()
 
 
+def test_enqueue_many_in_the_brokers_own_transaction_is_one_insert_in_order_and_one_wake_at_its_commit(
+    sqlite_broker: SQLiteBroker, sqlite_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A window refill's messages, in the ack writer's transaction: one ``INSERT`` run for them all, delivered in
+    the order given, their queue woken once when the transaction commits; in a caller's transaction each goes
+    alone, followed by the commit watcher."""
+    sqlite_broker.stats()
+    woken: list[list[str]] = []
+    wake = sqlite_broker.wake
+    monkeypatch.setattr(sqlite_broker, "wake", lambda queues: (woken.append(list(queues)), wake(queues)))
+    inserted: list[int] = []
+    insert_many = sqlite_broker.store.message_insert_many
+    monkeypatch.setattr(sqlite_broker.store, "message_insert", lambda *a, **k: pytest.fail("a message inserted alone"))
+    monkeypatch.setattr(
+        sqlite_broker.store,
+        "message_insert_many",
+        lambda conn, rows: inserted.append(len(rows)) or insert_many(conn, rows),
+    )
+    sent = [msg(n) for n in range(4)]
+    with sqlite_broker.store.write() as conn:
+        returned = sqlite_broker.enqueue_many(
+            [(m, 60_000 if n == 2 else None) for n, m in enumerate(sent)], connection=conn
+        )
+        assert woken == []
+    assert inserted == [4] and woken == [[QUEUE]]
+    assert returned[2].queue_name.endswith(".DQ") and "eta" in returned[2].options  # as enqueue returns it
+    assert [r.message_id for r in returned] == [m.message_id for m in sent]
+    with pytest.raises(RuntimeError), sqlite_broker.store.write() as conn:
+        sqlite_broker.enqueue_many([(msg(9), None)], connection=conn)
+        raise RuntimeError("rolled back")
+    assert woken == [[QUEUE]] and count(sqlite_path) == 4
+    consumer = sqlite_broker.consume(QUEUE, prefetch=1, timeout=100)
+    try:
+        got = []
+        for _ in range(3):
+            delivery = next_message(consumer)
+            consumer.ack(delivery)
+            got.append(delivery.message_id)
+        assert got == [sent[0].message_id, sent[1].message_id, sent[3].message_id]  # the delayed one waits
+    finally:
+        consumer.close()
+    # A caller's own transaction: each message alone (the commit watcher follows its row)
+    monkeypatch.undo()
+    with sqlite3.connect(sqlite_path, isolation_level=None) as caller:
+        caller.execute("BEGIN IMMEDIATE")
+        sqlite_broker.enqueue_many([(msg(5), None), (msg(6), None)], connection=caller)
+        caller.execute("COMMIT")
+    caller.close()
+    assert sqlite_broker in broker.sqlite._CommitWatcher._by_broker
+    assert count(sqlite_path) == 1 + 2  # the delayed one and these two
+
+
 def test_a_join_counts_a_queues_unfinished_messages_in_one_snapshot(sqlite_broker: SQLiteBroker) -> None:
     """A join's count of ready, delayed and leased messages is one statement: counted one state per statement,
     an ack committing between the counts took the message it had just enqueued (an ``on_success`` callback's)

@@ -13,10 +13,12 @@ from typing import Any
 
 import pytest
 from dramatiq.message import Message
+from sqlalchemy import event
 from sqlalchemy.orm import Session
 
 import jobs
-from jobs import admission_policy, admission_store
+from jobs import admission_policy, admission_store, db
+from jobs.lifecycle import AfterCommitBuffer
 from jobs.limits import ConcurrencyLimit, RateLimit
 from jobs.publish import JOB_ID_OPTION, LIMITS_OPTION
 from jobs.queries import JobFilter
@@ -251,6 +253,48 @@ def test_a_window_refill_counts_each_key_once_and_the_jobs_past_its_room_wait_fo
     # once for both (on PostgreSQL once more after the commit: the recheck of a key decided without its lock)
     assert counted == ["keyed.owner=u2"] * (1 if env.backend == "sqlite" else 2)
     assert first in Messages(env).job_ids() and second not in Messages(env).job_ids()
+
+
+def test_a_window_refill_writes_its_messages_in_one_insert_in_the_order_it_picked(
+    env: JobEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env.declare("plain", lambda ctx: None)
+    _save(env, {"fair_share.window": 2})
+    flood = [env.submit("plain", owner_id="flood").id for _ in range(4)]
+    newcomer = [env.submit("plain", owner_id="newcomer").id for _ in range(2)]
+    assert [_held(env, i)[0] for i in flood + newcomer] == [None, None] + ["queue"] * 4
+    _save(env, {"fair_share.window": 6})
+    # The refill a claim makes, in its transaction: on SQLite the broker's own (the ack writer's), on
+    # PostgreSQL + Redis a job transaction writing the outbox.
+    inserts: list[int] = []
+    statements: list[str] = []
+    if env.backend == "sqlite":
+        store = env.broker.store
+        insert_many = store.message_insert_many
+        monkeypatch.setattr(store, "message_insert", lambda *a, **k: pytest.fail("a message inserted alone"))
+        monkeypatch.setattr(
+            store, "message_insert_many", lambda conn, rows: inserts.append(len(rows)) or insert_many(conn, rows)
+        )
+        transaction = store.write()
+    else:
+        transaction = env.engine.begin()
+    with transaction as conn:
+        if env.backend != "sqlite":
+            event.listen(conn, "before_cursor_execute", lambda *args: statements.append(args[2]))
+        tx = db.Tx(conn, AfterCommitBuffer())
+        tx.broker = env.broker
+        jobs.admission.after_claims(tx, ["default"], [], now=jobs.store.now_ms())
+    tx.pending.run()
+    if env.backend == "sqlite":
+        assert inserts == [4]
+    else:
+        assert [s.count("), (") + 1 for s in statements if s.startswith("INSERT INTO outbox")] == [4]
+    # Picked in rotation: the newcomer's two (behind their owner's share), then the flood's next two (an
+    # owner's jobs of one millisecond go in id order). The SQLite broker delivers the newcomer's ahead of the
+    # flood's window; the outbox is first in, first out.
+    owners = ["n" if i in newcomer else "f" for i in Messages(env).job_ids()]
+    assert "".join(owners) == ("nnffff" if env.backend == "sqlite" else "ffnnff")
+    assert [_held(env, i)[0] for i in flood + newcomer] == [None] * 6
 
 
 def test_fair_share_weights_give_owners_their_shares(env: JobEnv) -> None:
