@@ -63,15 +63,20 @@ def message_insert(
     )
 
 
+#: Rows per multi-row ``INSERT`` (PostgreSQL binds at most 65,535 parameters in one statement).
+INSERT_CHUNK = 1000
+
+
 def message_insert_many(conn: Any, rows: Sequence[dict[str, Any]]) -> None:
-    """:func:`message_insert` of several rows (each as its keyword arguments) in one statement, in the order given."""
-    if not rows:
-        return
-    conn.execute(
-        "INSERT INTO pgbroker_messages (queue, message_id, actor, priority, eta, state, enqueued_at, body) VALUES "
-        + ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s)"] * len(rows)),
-        [value for row in rows for value in message_values(row)],
-    )
+    """:func:`message_insert` of several rows (each as its keyword arguments), in the order given: one statement
+    per :data:`INSERT_CHUNK` of them."""
+    for start in range(0, len(rows), INSERT_CHUNK):
+        chunk = rows[start : start + INSERT_CHUNK]
+        conn.execute(
+            "INSERT INTO pgbroker_messages (queue, message_id, actor, priority, eta, state, enqueued_at, body) VALUES "
+            + ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s)"] * len(chunk)),
+            [value for row in chunk for value in message_values(row)],
+        )
 
 
 def message_claim(conn: Any, queue: str, owner: str, now: int, lease_ttl_ms: int, limit: int) -> list[ClaimedRow]:

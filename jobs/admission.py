@@ -113,10 +113,7 @@ def verdict(
     if fair and due and rules.fair_share:
         queue = job.queue_name
         window = rules.window
-        if (
-            store.held_exists(conn, QUEUE, queue)
-            or store.queue_admitted_due(conn, queue, now, window + self_due) - self_due >= window
-        ):
+        if store.queue_window_full(conn, queue, now, window, self_due):
             _recheck_after_commit(tx, QUEUE, queue)
             return Verdict(QUEUE, queue)
     return Verdict(delay_ms=max(0, delay_ms))
@@ -191,10 +188,9 @@ def after_claims(tx: Tx, queues: Iterable[str], rate_keys: Iterable[str], *, now
     """Claims took admitted jobs out of *queues*' windows (and started jobs of *rate_keys*): admit waiting ones."""
     rules: Policy | None = None
     for queue in set(queues):
-        if store.held_exists(tx.conn, QUEUE, queue):
-            rules = rules or policy(tx.conn)
-            # In chunks of an eighth of the window: one refill's queries serve several claims.
-            _refill(tx, queue, now, rules, least=rules.window // REFILL_PARTS)
+        rules = rules or policy(tx.conn)
+        # In chunks of an eighth of the window: one refill's queries serve several claims.
+        _refill(tx, queue, now, rules, least=rules.window // REFILL_PARTS)
     for rate_key in set(rate_keys):
         rules = rules or policy(tx.conn)
         _wake_rate(tx, rate_key, now, rules)
@@ -210,7 +206,7 @@ def released(tx: Tx, *, queue: str | None, concurrency_key: str | None, rate_key
         _release_key(tx, concurrency_key, now, rules)
     if rate_key is not None:
         _wake_rate(tx, rate_key, now, rules)
-    if queue is not None and store.held_exists(tx.conn, QUEUE, queue):
+    if queue is not None:
         _refill(tx, queue, now, rules)
 
 
@@ -368,10 +364,10 @@ def publish(tx: Tx, job: HeldJob, delay_ms: int, now: int, broker: Any = None, *
 def _refill(tx: Tx, queue: str, now: int, rules: Policy, *, least: int = 1) -> None:
     """Admit waiting jobs of *queue* into the free places of its window, if at least *least* are free."""
     conn = tx.conn
-    if rules.fair_share:
-        free = rules.window - store.queue_admitted_due(conn, queue, now, rules.window)
-    else:
-        free = UNBOUNDED_BATCH
+    room = store.queue_window_room(conn, queue, now, rules.window)
+    if room is None:
+        return  # nobody waits for this window
+    free = room if rules.fair_share else UNBOUNDED_BATCH
     if free < max(1, least):
         return
     picked = _pick(tx, QUEUE, queue, free, rules, store.queue_inflight)
@@ -498,7 +494,7 @@ def _recheck(engine: Engine, broker: Any) -> None:
                 _release_key(tx, key, now_ms(), policy(tx.conn))
             elif held == RATE:
                 _wake_rate(tx, key, now_ms(), policy(tx.conn))
-            elif store.held_exists(tx.conn, QUEUE, key):
+            else:
                 _refill(tx, key, now_ms(), policy(tx.conn))
 
 

@@ -206,17 +206,38 @@ def rate_starts_by_key(conn: Conn, since: int) -> list[tuple[str, int]]:
 
 
 # -- what queues and keys have in flight ---------------------------------------------------------------
-def queue_admitted_due(conn: Conn, queue: str, now: int, cap: int) -> int:
-    """Admitted jobs of *queue* that may start now (their messages are ready), counted up to *cap* (from
-    the index alone)."""
-    plus = _plus(conn)
+def _admitted_due_sql(plus: str) -> str:
+    """Admitted jobs of queue ``:q`` that may start now (their messages are ready), counted up to ``:cap``
+    (from the index alone)."""
+    return (
+        "(SELECT count(*) FROM (SELECT 1 FROM jobs WHERE queue_name = :q AND held IS NULL "
+        f"AND {_ACTIVE} AND {plus}status = 'queued' AND run_after <= :now LIMIT :cap) AS due)"
+    )
+
+
+def queue_window_full(conn: Conn, queue: str, now: int, window: int, counted: int) -> bool:
+    """Whether a job of *queue* must wait for the queue's window: jobs wait for it already, or *window*
+    admitted jobs other than the job itself may start now (*counted*: 1 when the job is among them). One
+    statement, which counts only when nobody waits."""
     row = _exec(
         conn,
-        "SELECT count(*) FROM (SELECT 1 FROM jobs WHERE queue_name = :q AND held IS NULL "
-        f"AND {_ACTIVE} AND {plus}status = 'queued' AND run_after <= :now LIMIT :cap) AS due",
-        {"q": queue, "now": now, "cap": cap},
+        "SELECT CASE WHEN EXISTS (SELECT 1 FROM jobs WHERE held = :held AND held_on = :q) THEN 1 "
+        f"WHEN {_admitted_due_sql(_plus(conn))} - :counted >= :window THEN 1 ELSE 0 END",
+        {"held": QUEUE, "q": queue, "now": now, "cap": window + counted, "counted": counted, "window": window},
     ).fetchone()
-    return int(row[0])
+    return bool(row[0])
+
+
+def queue_window_room(conn: Conn, queue: str, now: int, window: int) -> int | None:
+    """The free places of *queue*'s window (*window* less the admitted jobs that may start now), or None
+    when no job waits for it (nothing to refill). One statement, which counts only when some wait."""
+    row = _exec(
+        conn,
+        "SELECT CASE WHEN EXISTS (SELECT 1 FROM jobs WHERE held = :held AND held_on = :q) "
+        f"THEN {_admitted_due_sql(_plus(conn))} END",
+        {"held": QUEUE, "q": queue, "now": now, "cap": window},
+    ).fetchone()
+    return None if row[0] is None else window - int(row[0])
 
 
 def queue_inflight(conn: Conn, queue: str, owners: Sequence[str]) -> dict[str, int]:

@@ -682,10 +682,18 @@ def idempotency_insert(
 
 
 # -- outbox ------------------------------------------------------------------------------------------
+#: Rows per multi-row ``INSERT`` (PostgreSQL binds at most 65,535 parameters in one statement).
+INSERT_CHUNK = 1000
+
+
 def outbox_insert_many(conn: Connection | sqlite3.Connection, entries: Sequence[OutboxEntry], *, now: int) -> None:
-    """Write the messages of *entries* to the outbox in one statement, in order (the relay publishes by id)."""
-    if not entries:
-        return
+    """Write the messages of *entries* to the outbox in order (the relay publishes by id), one statement per
+    :data:`INSERT_CHUNK` of them."""
+    for start in range(0, len(entries), INSERT_CHUNK):
+        _outbox_insert_chunk(conn, entries[start : start + INSERT_CHUNK], now)
+
+
+def _outbox_insert_chunk(conn: Connection | sqlite3.Connection, entries: Sequence[OutboxEntry], now: int) -> None:
     params: dict[str, Any] = {"now": now}
     values = []
     for n, entry in enumerate(entries):

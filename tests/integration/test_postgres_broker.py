@@ -301,6 +301,25 @@ def test_enqueue_many_writes_its_messages_in_one_statement_in_order_inside_the_c
     assert sql("SELECT count(*) FROM pgbroker_messages WHERE state = 3") == ([(1,)] if commit else [(0,)])
 
 
+def test_enqueue_many_past_one_statements_parameters_writes_one_statement_per_chunk_in_order(
+    brokers: Callable[..., PostgresBroker], database_url: str, sql: Callable[..., list[tuple]]
+) -> None:
+    from broker import postgres_store
+
+    b = brokers()
+    b.ensure_schema()
+    # 8 parameters each, 65,600 in all: more than PostgreSQL binds in one statement
+    sent = [msg(n) for n in range(8_200)]
+    assert len(sent) > postgres_store.INSERT_CHUNK
+    engine = sqlalchemy.create_engine(database_url)
+    try:
+        with engine.begin() as conn:
+            b.enqueue_many([(m, None) for m in sent], connection=conn)
+    finally:
+        engine.dispose()
+    assert sql("SELECT message_id FROM pgbroker_messages ORDER BY id") == [(m.message_id,) for m in sent]
+
+
 def test_requeued_deliveries_are_ready_again_without_counting_a_delivery(
     brokers: Callable[..., PostgresBroker], sql: Callable[..., list[tuple]]
 ) -> None:

@@ -255,7 +255,31 @@ def test_a_window_refill_counts_each_key_once_and_the_jobs_past_its_room_wait_fo
     assert first in Messages(env).job_ids() and second not in Messages(env).job_ids()
 
 
-def test_a_window_refill_writes_its_messages_in_one_insert_in_the_order_it_picked(
+def test_a_submit_asks_whether_its_queues_window_is_full_in_one_statement(env: JobEnv) -> None:
+    env.declare("plain", lambda ctx: None)
+    _save(env, {"fair_share.window": 2})
+    statements: list[str] = []
+
+    def record(*args: Any) -> None:
+        statements.append(args[2])
+
+    event.listen(env.engine, "before_cursor_execute", record)
+    try:
+        ids = [env.submit("plain").id for _ in range(4)]
+    finally:
+        event.remove(env.engine, "before_cursor_execute", record)
+    # Room for two; then the window is full; then jobs wait for it already
+    assert [_held(env, i)[0] for i in ids] == [None, None, "queue", "queue"]
+    # One read per submit (on PostgreSQL a job held without the queue's lock also has the window looked at
+    # again after its commit); no separate probe or count
+    asked = [s for s in statements if s.startswith("SELECT CASE WHEN EXISTS (SELECT 1 FROM jobs WHERE held")]
+    assert len([s for s in asked if "THEN 1 WHEN" in s]) == 4
+    assert not [
+        s for s in statements if s.startswith(("SELECT 1 FROM jobs WHERE held", "SELECT count(*) FROM (SELECT"))
+    ]
+
+
+def test_a_window_refill_reads_its_room_and_writes_its_messages_in_one_statement_each_in_the_order_it_picked(
     env: JobEnv, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     env.declare("plain", lambda ctx: None)
@@ -279,16 +303,26 @@ def test_a_window_refill_writes_its_messages_in_one_insert_in_the_order_it_picke
     else:
         transaction = env.engine.begin()
     with transaction as conn:
-        if env.backend != "sqlite":
+        if env.backend == "sqlite":
+            conn.set_trace_callback(statements.append)
+        else:
             event.listen(conn, "before_cursor_execute", lambda *args: statements.append(args[2]))
         tx = db.Tx(conn, AfterCommitBuffer())
         tx.broker = env.broker
-        jobs.admission.after_claims(tx, ["default"], [], now=jobs.store.now_ms())
+        try:
+            jobs.admission.after_claims(tx, ["default"], [], now=jobs.store.now_ms())
+        finally:
+            if env.backend == "sqlite":
+                conn.set_trace_callback(None)
     tx.pending.run()
     if env.backend == "sqlite":
         assert inserts == [4]
     else:
         assert [s.count("), (") + 1 for s in statements if s.startswith("INSERT INTO outbox")] == [4]
+    # Whether jobs wait for the window and how much room it has: one statement
+    window_reads = [s for s in statements if "count(*) FROM (SELECT 1 FROM jobs WHERE queue_name" in s]
+    assert len(window_reads) == 1 and "EXISTS (SELECT 1 FROM jobs WHERE held" in window_reads[0]
+    assert not [s for s in statements if s.startswith("SELECT 1 FROM jobs WHERE held")]
     # Picked in rotation: the newcomer's two (behind their owner's share), then the flood's next two (an
     # owner's jobs of one millisecond go in id order). The SQLite broker delivers the newcomer's ahead of the
     # flood's window; the outbox is first in, first out.

@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+from sqlalchemy import event
+
 import jobs
 from broker import SQLiteBroker
 from jobs import schema
@@ -121,3 +123,20 @@ def test_an_idle_relay_on_postgresql_publishes_when_the_submit_commits(env: JobE
         stop.set()
         relay.join(10)
     assert not relay.is_alive()
+
+
+def test_many_outbox_rows_are_written_in_order_one_statement_per_chunk(env: JobEnv) -> None:
+    count = 2 * jobs.store.INSERT_CHUNK + 5
+    entries = [
+        jobs.store.OutboxEntry(f"m{n:05d}", None, "default", "noop", f"body {n}".encode(), 1_000 + n)
+        for n in range(count)
+    ]
+    statements: list[str] = []
+    with env.engine.begin() as conn:
+        event.listen(conn, "before_cursor_execute", lambda *args: statements.append(args[2]))
+        jobs.store.outbox_insert_many(conn, entries, now=5)
+    assert len([s for s in statements if s.startswith("INSERT INTO outbox")]) == 3
+    rows = env.sql("SELECT message_id, body, eta, created_at, attempts FROM outbox ORDER BY id")
+    assert [(r[0], bytes(r[1]), r[2], r[3], r[4]) for r in rows] == [
+        (e.message_id, e.body, e.eta, 5, 0) for e in entries
+    ]
