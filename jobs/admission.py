@@ -382,12 +382,11 @@ def _refill(tx: Tx, queue: str, now: int, rules: Policy, *, least: int = 1) -> N
     # In the order picked (the broker delivers them first in, first out), in one statement, then the
     # rate-keyed ones; a job whose owner is behind its share goes before the window's other jobs: a newcomer
     # does not wait behind a flood's window.
-    publish_in_transaction(
-        conn,
-        tx.broker or resolve_broker(None),
-        [Publication.of(job, delay_ms=job.run_after - now, ahead=ahead) for job, ahead in picked if job.id in unheld],
-        now=now,
-    )
+    going = [
+        Publication.of(job, delay_ms=job.run_after - now, ahead=ahead) for job, ahead in picked if job.id in unheld
+    ]
+    if going:
+        publish_in_transaction(conn, tx.broker or resolve_broker(None), going, now=now)
     for job, ahead in picked:
         if job.id in waits:
             store.hold(conn, job.id, CONCURRENCY, waits[job.id], now)
