@@ -114,11 +114,11 @@ class Publication:
     job_id: str
     actor_name: str
     queue_name: str
-    priority: int = 0
-    delay_ms: int = 0
-    trace_context: str | None = None
-    limits: tuple[str | None, str | None] = (None, None)
-    ahead: bool = False
+    priority: int
+    delay_ms: int
+    trace_context: str | None
+    limits: tuple[str | None, str | None]
+    ahead: bool
 
     @classmethod
     def of(cls, job: Any, *, delay_ms: int, ahead: bool = False) -> Publication:
@@ -140,7 +140,8 @@ def publish_in_transaction(
 ) -> None:
     """Write the next message of each of *jobs*, in order, inside the open transaction of *conn*.
 
-    Only :mod:`jobs.admission` calls this: it decides when a queued job may have its message. Several jobs
+    :mod:`jobs.admission` calls this when it decides a queued job may have its message, and
+    :mod:`jobs.redelivery` for admitted jobs whose messages a server broker lost. Several jobs
     (a window refill) are one ``INSERT``. A publication's *trace_context* is the job's stored one, for a
     message written outside any span.
 
