@@ -14,6 +14,11 @@ from __future__ import annotations
 
 import os
 
+# Imported here, when the master starts: a hook that imports while the master stops can take seconds on a loaded
+# machine (monitoring.exposition pulls in the job layer's database code), and honcho SIGKILLs a process type
+# that is not gone 5 s after its SIGTERM.
+from prometheus_client.multiprocess import mark_process_dead
+
 bind = os.environ.get("TENURE_WEB_BIND") or f"127.0.0.1:{os.environ.get('PORT', '8000')}"
 worker_class = "gthread"
 workers = int(os.environ.get("TENURE_WEB_WORKERS", "2"))
@@ -38,13 +43,9 @@ proxy_allow_ips = "127.0.0.1"
 
 
 def child_exit(server, worker):  # type: ignore[no-untyped-def]
-    """Drop the exited worker's live Prometheus gauges (multiprocess mode), when monitoring is set up."""
+    """Drop the exited worker's live Prometheus gauges (multiprocess mode; its counters stay)."""
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        try:
-            from monitoring.exposition import mark_dead
-        except ImportError:
-            return
-        mark_dead(worker.pid)
+        mark_process_dead(worker.pid)
 
 
 def post_fork(server, worker):  # type: ignore[no-untyped-def]
