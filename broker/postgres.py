@@ -278,6 +278,9 @@ class PostgresBroker(LeaseBroker):
             self._ready()
             with _translate_errors():
                 store.message_insert(self._conn(), **row)
+            # Committed: this process's consumers wake now instead of after the trigger's NOTIFY has come back
+            # through the listener's connection (other processes still wait for it).
+            self._waiters.notify([enqueued.queue])
         else:
             raw = self._same_database(connection)
             self._ready(raw)

@@ -109,21 +109,36 @@ def extract_tests(sdist: Path, dest: Path) -> Path:
 @pytest.mark.exclusive  # upstream's tests assert wall-clock bounds (e.g. six 100 ms tasks within 0.5 s)
 @pytest.mark.timeout(900)
 def test_dramatiq_upstream_suite_passes_on_tenures_brokers(tmp_path: Path) -> None:
-    """The suite once per broker, both at once: upstream's tests mostly wait (alone, 52 s of wall clock for
-    4 s of CPU on SQLite), so the two children in four processes each share the machine without crowding."""
+    """The suite once per broker, both at once: upstream's tests mostly wait (the SQLite child alone, in four
+    processes: 24 s of wall clock for 16 s of CPU), so the two children share the machine without crowding."""
     runs = {}
     for broker in ("sqlite", "postgres"):
         root = tmp_path / broker
         root.mkdir()
         pkg = extract_tests(fetch_sdist(), root)
         # Relative node ids: the child runs in its root with that root as rootdir.
-        options = ["-q", "-p", "no:cacheprovider", "--rootdir", str(root), "-c", str(root / "pytest.ini"), "-rf"]
-        options += ["-n", "4"]
+        options = [
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:schemathesis",
+            "-p",
+            "no:anyio",
+            "--rootdir",
+            str(root),
+            "-c",
+            str(root / "pytest.ini"),
+            "-rf",
+        ]
         for test_id in DESELECTED:
             options += ["--deselect", f"{pkg.name}/{test_id}"]
         env = {**os.environ, "PYTHONPATH": str(REPO), "TENURE_CONFORMANCE_BROKER": broker}
-        runs[broker] = (pkg, options, env, _start(pkg, options, env))
-    failures = {broker: _outcome(broker, *run) for broker, run in runs.items()}
+        runs[broker] = (pkg, options, env, _start(pkg, [*options, "-n", "4"], env))
+    outcomes = {broker: _outcome(broker, *run) for broker, run in runs.items()}
+    # A timing-bound failure runs again once both suites are done, alone and in one process: the first try
+    # shared the machine with eight others.
+    failures = {broker: _again(broker, *runs[broker][:3], outcome) for broker, outcome in outcomes.items()}
     assert not any(failures.values()), failures
 
 
@@ -132,24 +147,32 @@ def _start(pkg: Path, options: list[str], env: dict[str, str], tests: list[str] 
     return subprocess.Popen(args, cwd=pkg.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _outcome(broker: str, pkg: Path, options: list[str], env: dict[str, str], proc: subprocess.Popen[str]) -> str:
-    """What failed in *broker*'s child run ("" when it passed in full)."""
+def _outcome(
+    broker: str, pkg: Path, options: list[str], env: dict[str, str], proc: subprocess.Popen[str]
+) -> str | set[str]:
+    """What failed in *broker*'s child run: "" when it passed in full, the failed tests when every one of them is
+    timing-bound, otherwise the failure."""
     stdout, stderr = proc.communicate(timeout=880)
     summary = stdout.strip().splitlines()[-1] if stdout.strip() else ""
     print(f"--- {broker} ---\n{stdout[-20000:]}")
     passed = int(m.group(1)) if (m := re.search(r"(\d+) passed", summary)) else 0
     failed = set(re.findall(rf"^FAILED {re.escape(pkg.name)}/(\S+)", stdout, re.MULTILINE))
-    if proc.returncode != 0 and failed and failed <= TIMING_BOUND.keys():
-        again = _start(pkg, options, env, [f"{pkg.name}/{test_id}" for test_id in sorted(failed)])
-        again_out, _ = again.communicate(timeout=300)
-        print(f"timing-bound upstream test(s) failed on {broker}, run again: {sorted(failed)}\n{again_out[-5000:]}")
-        if again.returncode != 0:
-            return f"failed twice: {sorted(failed)}\n{stdout[-20000:]}\n{again_out[-5000:]}"
-        passed += len(failed)
-    elif proc.returncode != 0:
+    if proc.returncode != 0 and not (failed and failed <= TIMING_BOUND.keys()):
         return f"upstream suite failed: {summary}\n{stdout[-20000:]}\n{stderr[-5000:]}"
     # 106 generic tests minus the 5 deselected, plus 26 more from running the result/rate-limiter
     # backend parametrizations on both Tenure's SQLite backends and Dramatiq's stub ones.
-    if passed != 127 or "skipped" in summary:
+    if passed + len(failed) != 127 or "skipped" in summary:
         return f"expected 127 passed and none skipped: {summary}"
-    return ""
+    return failed
+
+
+def _again(broker: str, pkg: Path, options: list[str], env: dict[str, str], outcome: str | set[str]) -> str:
+    """*outcome* of *broker*'s run, its timing-bound failures run once more ("" when they pass)."""
+    if isinstance(outcome, str):
+        return outcome
+    if not outcome:
+        return ""
+    again = _start(pkg, options, env, [f"{pkg.name}/{test_id}" for test_id in sorted(outcome)])
+    again_out, _ = again.communicate(timeout=300)
+    print(f"timing-bound upstream test(s) failed on {broker}, run again: {sorted(outcome)}\n{again_out[-5000:]}")
+    return f"failed twice: {sorted(outcome)}\n{again_out[-5000:]}" if again.returncode != 0 else ""

@@ -253,6 +253,33 @@ def test_enqueue_inside_a_sqlalchemy_transaction_wakes_an_idle_consumer_only_whe
         engine.dispose()
 
 
+def test_an_enqueue_of_its_own_wakes_this_processs_idle_consumer_without_waiting_for_the_notification(
+    brokers: Callable[..., PostgresBroker], sql: Callable[..., list[tuple]]
+) -> None:
+    b = brokers()
+    b.ensure_schema()
+    # No NOTIFY from here on: only the enqueue itself can end the consumer's 5 s wait early
+    sql("ALTER TABLE pgbroker_messages DISABLE TRIGGER pgbroker_messages_notify")
+    consumer = b.consume(QUEUE, prefetch=1, timeout=5_000)
+    got: list[Any] = []
+    waiter = threading.Thread(target=lambda: got.append(next(consumer)))
+    waiter.start()
+    wait_until(
+        lambda: (
+            sql(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state = 'idle' "
+                "AND (query LIKE 'LISTEN%%' OR query LIKE 'WITH picked%%' OR query LIKE 'SELECT min(eta)%%')"
+            )
+            == [(2,)]
+        ),
+        what="a listening broker and an idle consumer",
+    )
+    b.enqueue(msg(7))
+    sent_at = time.monotonic()
+    waiter.join(10)
+    assert got and got[0].args == (7,) and time.monotonic() - sent_at < 2
+
+
 def test_transactional_enqueue_on_another_database_is_refused(brokers: Callable[..., PostgresBroker]) -> None:
     b = brokers()
     with postgres_database() as other:
