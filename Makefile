@@ -6,8 +6,8 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 # Test processes (pytest-xdist): most tests wait on real workers and servers, so three share 2 cores well
 # (2026-12-07: the parallel phase took 536 s with two, 453–513 s with three; 601 s with three at load 4–5 once
-# the PostgreSQL broker's deployment had joined the acceptance suite). Three once made a web process
-# take over 5 s to stop after its worker exited (test_procfile's clean-SIGTERM test); watch that. (A killed web
+# the PostgreSQL broker's deployment had joined the acceptance suite). A web process that took over 5 s to stop
+# under that load was gunicorn's child_exit hook importing the job layer in the stopping master (fixed). (A killed web
 # process's live-feed slots that seemed to expire early in test_live_limits were the test's own SSE connections,
 # garbage-collected before the kill.)
 # Tests marked `exclusive` (wall-clock bounds) run alone first, on a quiet machine: run right after the parallel
