@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from importlib import resources
 from typing import Any
 
-from .store import DELAYED, READY, ClaimedRow, QueueStats, message_values
+from .store import ClaimedRow, QueueStats, message_state, message_values
 
 #: Version of ``postgres_schema.sql``; a database recording a newer one is refused.
 SCHEMA_VERSION = 1
@@ -59,7 +59,7 @@ def message_insert(
     conn.execute(
         "INSERT INTO pgbroker_messages (queue, message_id, actor, priority, eta, state, enqueued_at, body) "
         "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
-        (queue, message_id, actor, priority, eta, DELAYED if eta > enqueued_at else READY, enqueued_at, body),
+        (queue, message_id, actor, priority, eta, message_state(eta, enqueued_at), enqueued_at, body),
     )
 
 

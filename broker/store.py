@@ -97,17 +97,21 @@ class QueueStats:
     expired_leases: int = 0
 
 
+def message_state(eta: int, enqueued_at: int) -> int:
+    """The state a new message row starts in (both brokers' stores): READY when due at once, DELAYED otherwise."""
+    return DELAYED if eta > enqueued_at else READY
+
+
 def message_values(row: dict[str, Any]) -> tuple[Any, ...]:
     """A message row's column values, in the order ``(queue, message_id, actor, priority, eta, state,
-    enqueued_at, body)`` (both brokers' stores): due now or later decides its state."""
-    state = DELAYED if row["eta"] > row["enqueued_at"] else READY
+    enqueued_at, body)``."""
     return (
         row["queue"],
         row["message_id"],
         row["actor"],
         row["priority"],
         row["eta"],
-        state,
+        message_state(row["eta"], row["enqueued_at"]),
         row["enqueued_at"],
         row["body"],
     )
@@ -282,7 +286,7 @@ class MessageStore:
         cur = conn.execute(
             "INSERT INTO broker_messages (queue, message_id, actor, priority, eta, state, enqueued_at, body) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (queue, message_id, actor, priority, eta, DELAYED if eta > enqueued_at else READY, enqueued_at, body),
+            (queue, message_id, actor, priority, eta, message_state(eta, enqueued_at), enqueued_at, body),
         )
         return int(cur.lastrowid or 0)
 
