@@ -206,6 +206,10 @@ def rate_starts_by_key(conn: Conn, since: int) -> list[tuple[str, int]]:
 
 
 # -- what queues and keys have in flight ---------------------------------------------------------------
+#: Whether some job waits for queue ``:q``'s window (``:held`` is :data:`QUEUE`).
+_WINDOW_WAITED_FOR = "EXISTS (SELECT 1 FROM jobs WHERE held = :held AND held_on = :q)"
+
+
 def _admitted_due_sql(plus: str) -> str:
     """Admitted jobs of queue ``:q`` that may start now (their messages are ready), counted up to ``:cap``
     (from the index alone)."""
@@ -221,7 +225,7 @@ def queue_window_full(conn: Conn, queue: str, now: int, window: int, counted: in
     statement, which counts only when nobody waits."""
     row = _exec(
         conn,
-        "SELECT CASE WHEN EXISTS (SELECT 1 FROM jobs WHERE held = :held AND held_on = :q) THEN 1 "
+        f"SELECT CASE WHEN {_WINDOW_WAITED_FOR} THEN 1 "
         f"WHEN {_admitted_due_sql(_plus(conn))} - :counted >= :window THEN 1 ELSE 0 END",
         {"held": QUEUE, "q": queue, "now": now, "cap": window + counted, "counted": counted, "window": window},
     ).fetchone()
@@ -233,8 +237,7 @@ def queue_window_room(conn: Conn, queue: str, now: int, window: int) -> int | No
     when no job waits for it (nothing to refill). One statement, which counts only when some wait."""
     row = _exec(
         conn,
-        "SELECT CASE WHEN EXISTS (SELECT 1 FROM jobs WHERE held = :held AND held_on = :q) "
-        f"THEN {_admitted_due_sql(_plus(conn))} END",
+        f"SELECT CASE WHEN {_WINDOW_WAITED_FOR} THEN {_admitted_due_sql(_plus(conn))} END",
         {"held": QUEUE, "q": queue, "now": now, "cap": window},
     ).fetchone()
     return None if row[0] is None else window - int(row[0])

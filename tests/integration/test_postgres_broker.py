@@ -212,19 +212,16 @@ def test_higher_broker_priority_is_delivered_first(brokers: Callable[..., Postgr
     assert [next_message(consumer).args[0] for _ in range(3)] == [1, 2, 0]
 
 
-@pytest.mark.parametrize("commit", [True, False], ids=["commit", "rollback"])
-def test_enqueue_inside_a_sqlalchemy_transaction_wakes_an_idle_consumer_only_when_it_commits(
-    brokers: Callable[..., PostgresBroker], database_url: str, sql: Callable[..., list[tuple]], commit: bool
-) -> None:
-    b = brokers()
-    b.ensure_schema()
+def _idle_consumer_waiting(b: PostgresBroker, sql: Callable[..., list[tuple]]) -> tuple[threading.Thread, list[Any]]:
+    """A thread waiting (up to 5 s) for one message of *b*'s queue, and the list it appends that message to.
+
+    Returns once the listener is up and the consumer has claimed nothing (their connections' last statements:
+    LISTEN; the claim, or the delayed-message check after it). Whatever it does next, it read the queue's wake-up
+    generation before that claim, so only a wake can end its wait early."""
     consumer = b.consume(QUEUE, prefetch=1, timeout=5_000)
     got: list[Any] = []
     waiter = threading.Thread(target=lambda: got.append(next(consumer)))
     waiter.start()
-    # The listener is up and the consumer has claimed nothing (their connections' last statements: LISTEN; the
-    # claim, or the delayed-message check after it). Whatever it does next, it read the queue's wake-up
-    # generation before that claim, so only a notification can end its 5 s wait early.
     wait_until(
         lambda: (
             sql(
@@ -235,6 +232,16 @@ def test_enqueue_inside_a_sqlalchemy_transaction_wakes_an_idle_consumer_only_whe
         ),
         what="a listening broker and an idle consumer",
     )
+    return waiter, got
+
+
+@pytest.mark.parametrize("commit", [True, False], ids=["commit", "rollback"])
+def test_enqueue_inside_a_sqlalchemy_transaction_wakes_an_idle_consumer_only_when_it_commits(
+    brokers: Callable[..., PostgresBroker], database_url: str, sql: Callable[..., list[tuple]], commit: bool
+) -> None:
+    b = brokers()
+    b.ensure_schema()
+    waiter, got = _idle_consumer_waiting(b, sql)
     engine = sqlalchemy.create_engine(database_url)
     try:
         with engine.connect() as conn:
@@ -260,20 +267,7 @@ def test_an_enqueue_of_its_own_wakes_this_processs_idle_consumer_without_waiting
     b.ensure_schema()
     # No NOTIFY from here on: only the enqueue itself can end the consumer's 5 s wait early
     sql("ALTER TABLE pgbroker_messages DISABLE TRIGGER pgbroker_messages_notify")
-    consumer = b.consume(QUEUE, prefetch=1, timeout=5_000)
-    got: list[Any] = []
-    waiter = threading.Thread(target=lambda: got.append(next(consumer)))
-    waiter.start()
-    wait_until(
-        lambda: (
-            sql(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state = 'idle' "
-                "AND (query LIKE 'LISTEN%%' OR query LIKE 'WITH picked%%' OR query LIKE 'SELECT min(eta)%%')"
-            )
-            == [(2,)]
-        ),
-        what="a listening broker and an idle consumer",
-    )
+    waiter, got = _idle_consumer_waiting(b, sql)
     b.enqueue(msg(7))
     sent_at = time.monotonic()
     waiter.join(10)
