@@ -46,7 +46,7 @@ DESELECTED = {
 }
 
 #: Upstream tests that hold a wall-clock bound with no wait to absorb a slow moment, with the reason. A failure
-#: of these (and only these) is run once more, in a fresh process, and reported.
+#: of these (and only these) is run again (up to :data:`AGAIN` times), in a fresh process, and reported.
 TIMING_BOUND = {
     # The bound rides on Dramatiq's own jittered result polling: StubBackend's blocking ``get_result`` looks after
     # 100–200 ms, then after another 200–400 ms, so a first look that comes a few ms before the 100 ms tasks finish
@@ -55,7 +55,8 @@ TIMING_BOUND = {
     "test_composition.py::test_groups_execute_inner_groups[stub]": "0.5 s bound on jittered result polling",
     # Sends five messages 1 ms apart and at once expects all five in the worker's queue: the last message must be
     # claimed and handed over within about 1 ms of its send. On this VM that hand-off takes 0.3 ms at the median and
-    # over 1 ms for about 1 message in 100 (scheduling); it failed once in CI.
+    # over 1 ms for about 1 message in 100 (scheduling); it failed once in CI. On the PostgreSQL broker the claim is a
+    # round trip: run alone, it failed 1 run in 15 (6 in 15 before an enqueue woke this process's consumer itself).
     "test_worker.py::test_workers_process_messages_in_order": "1 ms between the last send and the check",
     # Resumes a paused one-thread worker right after sending 20 messages and expects the 10 high-priority ones
     # first: the consumer must have prefetched all 20 by then, with no wait for it. With both brokers' suites
@@ -166,13 +167,23 @@ def _outcome(
     return failed
 
 
+#: Runs of a timing-bound failure after the first, each alone in a fresh process.
+AGAIN = 2
+
+
 def _again(broker: str, pkg: Path, options: list[str], env: dict[str, str], outcome: str | set[str]) -> str:
-    """*outcome* of *broker*'s run, its timing-bound failures run once more ("" when they pass)."""
+    """*outcome* of *broker*'s run, its timing-bound failures run up to :data:`AGAIN` more times ("" when a run
+    passes)."""
     if isinstance(outcome, str):
         return outcome
     if not outcome:
         return ""
-    again = _start(pkg, options, env, [f"{pkg.name}/{test_id}" for test_id in sorted(outcome)])
-    again_out, _ = again.communicate(timeout=300)
-    print(f"timing-bound upstream test(s) failed on {broker}, run again: {sorted(outcome)}\n{again_out[-5000:]}")
-    return f"failed twice: {sorted(outcome)}\n{again_out[-5000:]}" if again.returncode != 0 else ""
+    outputs = []
+    for _ in range(AGAIN):
+        again = _start(pkg, options, env, [f"{pkg.name}/{test_id}" for test_id in sorted(outcome)])
+        again_out, _ = again.communicate(timeout=300)
+        print(f"timing-bound upstream test(s) failed on {broker}, run again: {sorted(outcome)}\n{again_out[-5000:]}")
+        if again.returncode == 0:
+            return ""
+        outputs.append(again_out[-5000:])
+    return f"failed {1 + AGAIN} times: {sorted(outcome)}\n" + "\n".join(outputs)
