@@ -97,13 +97,15 @@ def message_claim(conn: Any, queue: str, owner: str, now: int, lease_ttl_ms: int
 
 
 def delayed_promote(conn: Any, queue: str, now: int) -> int | None:
-    """Make *queue*'s due DELAYED rows READY; returns the eta of the next row still delayed, if any."""
-    conn.execute(
-        "UPDATE pgbroker_messages SET state = 0 WHERE queue = %s AND state = 3 AND eta <= %s",
-        (queue, now),
-    )
+    """Make *queue*'s due DELAYED rows READY; returns the eta of the next row still delayed, if any.
+
+    One statement (a consumer runs it each time its queue runs dry): the ``SELECT`` reads the snapshot
+    from before the ``UPDATE``, and ``eta > now`` leaves out exactly the rows the ``UPDATE`` promotes."""
     row = conn.execute(
-        "SELECT min(eta) FROM pgbroker_messages WHERE queue = %s AND state = 3 AND eta > %s", (queue, now)
+        "WITH promoted AS ("
+        "  UPDATE pgbroker_messages SET state = 0 WHERE queue = %(queue)s AND state = 3 AND eta <= %(now)s) "
+        "SELECT min(eta) FROM pgbroker_messages WHERE queue = %(queue)s AND state = 3 AND eta > %(now)s",
+        {"queue": queue, "now": now},
     ).fetchone()
     return None if row[0] is None else int(row[0])
 

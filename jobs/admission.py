@@ -87,10 +87,16 @@ def verdict(
     self_due = int(counted and job.run_after <= now)
     self_any = int(counted)
     key = job.concurrency_key
+    window_full: bool | None = None  # asked with the key's count when nothing between can change `due`
     if key is not None and due:
         limit = rules.concurrency_limit(key)
         if limit is not None:
-            running, admitted = store.key_active(conn, key, now)
+            if fair and rules.fair_share and job.rate_key is None:
+                running, admitted, window_full = store.key_active_and_window_full(
+                    conn, key, job.queue_name, now, rules.window, self_due
+                )
+            else:
+                running, admitted = store.key_active(conn, key, now)
             if running + admitted - self_due >= limit:
                 _recheck_after_commit(tx, CONCURRENCY, key)
                 return Verdict(CONCURRENCY, key)
@@ -112,8 +118,9 @@ def verdict(
                 due = delay_ms <= 0
     if fair and due and rules.fair_share:
         queue = job.queue_name
-        window = rules.window
-        if store.queue_window_full(conn, queue, now, window, self_due):
+        if window_full is None:
+            window_full = store.queue_window_full(conn, queue, now, rules.window, self_due)
+        if window_full:
             _recheck_after_commit(tx, QUEUE, queue)
             return Verdict(QUEUE, queue)
     return Verdict(delay_ms=max(0, delay_ms))

@@ -219,16 +219,23 @@ def _admitted_due_sql(plus: str) -> str:
     )
 
 
+def _window_full_sql(conn: Conn) -> str:
+    """1 when a job of queue ``:q`` must wait for its window (see :func:`queue_window_full`), else 0."""
+    return (
+        f"CASE WHEN {_WINDOW_WAITED_FOR} THEN 1 "
+        f"WHEN {_admitted_due_sql(_plus(conn))} - :counted >= :window THEN 1 ELSE 0 END"
+    )
+
+
+def _window_params(queue: str, now: int, window: int, counted: int) -> dict[str, Any]:
+    return {"held": QUEUE, "q": queue, "now": now, "cap": window + counted, "counted": counted, "window": window}
+
+
 def queue_window_full(conn: Conn, queue: str, now: int, window: int, counted: int) -> bool:
     """Whether a job of *queue* must wait for the queue's window: jobs wait for it already, or *window*
     admitted jobs other than the job itself may start now (*counted*: 1 when the job is among them). One
     statement, which counts only when nobody waits."""
-    row = _exec(
-        conn,
-        f"SELECT CASE WHEN {_WINDOW_WAITED_FOR} THEN 1 "
-        f"WHEN {_admitted_due_sql(_plus(conn))} - :counted >= :window THEN 1 ELSE 0 END",
-        {"held": QUEUE, "q": queue, "now": now, "cap": window + counted, "counted": counted, "window": window},
-    ).fetchone()
+    row = _exec(conn, f"SELECT {_window_full_sql(conn)}", _window_params(queue, now, window, counted)).fetchone()
     return bool(row[0])
 
 
@@ -292,16 +299,31 @@ def _grouped(conn: Conn, sql: str, on: str, owners: Sequence[str]) -> dict[str, 
     return {r[0]: int(r[1]) for r in rows}
 
 
+_KEY_ACTIVE = (
+    "SELECT coalesce(sum(CASE WHEN status = 'running' THEN 1 ELSE 0 END), 0), "
+    "coalesce(sum(CASE WHEN status = 'queued' AND run_after <= :now THEN 1 ELSE 0 END), 0){also} "
+    f"FROM jobs WHERE concurrency_key = :key AND held IS NULL AND {_ACTIVE}"
+)
+
+
 def key_active(conn: Conn, key: str, now: int) -> tuple[int, int]:
     """``(running, admitted and due)`` jobs of concurrency key *key*."""
+    row = _exec(conn, _KEY_ACTIVE.format(also=""), {"key": key, "now": now}).fetchone()
+    return int(row[0]), int(row[1])
+
+
+def key_active_and_window_full(
+    conn: Conn, key: str, queue: str, now: int, window: int, counted: int
+) -> tuple[int, int, bool]:
+    """:func:`key_active` of *key* and :func:`queue_window_full` of *queue* in one statement: a keyed job's
+    submit under fair share asks both. (When the key is full the window's answer goes unused: an index
+    probe, cheaper than a round trip.)"""
     row = _exec(
         conn,
-        "SELECT coalesce(sum(CASE WHEN status = 'running' THEN 1 ELSE 0 END), 0), "
-        "coalesce(sum(CASE WHEN status = 'queued' AND run_after <= :now THEN 1 ELSE 0 END), 0) "
-        f"FROM jobs WHERE concurrency_key = :key AND held IS NULL AND {_ACTIVE}",
-        {"key": key, "now": now},
+        _KEY_ACTIVE.format(also=f", ({_window_full_sql(conn)})"),
+        {"key": key, **_window_params(queue, now, window, counted)},
     ).fetchone()
-    return int(row[0]), int(row[1])
+    return int(row[0]), int(row[1]), bool(row[2])
 
 
 def key_running(conn: Conn, key: str) -> int:

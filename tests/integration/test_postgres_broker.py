@@ -17,7 +17,7 @@ import pytest
 import sqlalchemy
 from dramatiq.message import Message
 
-from broker import UnsupportedDatabase, make_broker
+from broker import UnsupportedDatabase, make_broker, postgres_store
 from broker.postgres import PostgresBroker, PostgresMessageProxy, parse_postgres_url
 from tests.integration.forking import run_forked
 from tests.integration.jobs.support import postgres_database
@@ -187,6 +187,33 @@ def test_a_nacked_message_is_dead_lettered_with_its_reason_and_purged_after_the_
     assert b.purge_dead(older_than_ms=60_000) == 1
 
 
+def test_a_dry_queues_delayed_check_promotes_its_due_rows_and_finds_the_next_eta_in_one_statement(
+    brokers: Callable[..., PostgresBroker], database_url: str, sql: Callable[..., list[tuple]]
+) -> None:
+    b = brokers()
+    b.declare_queue("other")
+    for n, queue in ((1, QUEUE), (2, QUEUE), (3, "other")):
+        b.enqueue(msg(n, queue=queue), delay=60_000)
+    # Message 1 and the other queue's are due now; message 2 is due in a minute.
+    sql("UPDATE pgbroker_messages SET eta = eta - 60000 WHERE body NOT LIKE '%%[2]%%'")
+    [(next_eta,)] = sql("SELECT eta FROM pgbroker_messages WHERE body LIKE '%%[2]%%'")
+    statements: list[str] = []
+    with psycopg.connect(parse_postgres_url(database_url).conninfo, autocommit=True) as conn:
+        execute = conn.execute
+
+        def counted(query: Any, *args: Any, **kwargs: Any) -> Any:
+            statements.append(str(query))
+            return execute(query, *args, **kwargs)
+
+        conn.execute = counted  # type: ignore[method-assign]
+        now = int(time.time() * 1000)
+        assert postgres_store.delayed_promote(conn, QUEUE, now) == next_eta
+        assert len(statements) == 1
+        assert sql("SELECT queue, state FROM pgbroker_messages ORDER BY id") == [(QUEUE, 0), (QUEUE, 3), ("other", 3)]
+        sql("DELETE FROM pgbroker_messages WHERE queue = %s AND state = 3", QUEUE)
+        assert postgres_store.delayed_promote(conn, QUEUE, now) is None  # nothing of this queue is delayed now
+
+
 def test_a_delayed_message_waits_for_its_eta_then_an_idle_consumer_gets_it(
     brokers: Callable[..., PostgresBroker], sql: Callable[..., list[tuple]]
 ) -> None:
@@ -226,7 +253,7 @@ def _idle_consumer_waiting(b: PostgresBroker, sql: Callable[..., list[tuple]]) -
         lambda: (
             sql(
                 "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state = 'idle' "
-                "AND (query LIKE 'LISTEN%%' OR query LIKE 'WITH picked%%' OR query LIKE 'SELECT min(eta)%%')"
+                "AND (query LIKE 'LISTEN%%' OR query LIKE 'WITH picked%%' OR query LIKE 'WITH promoted%%')"
             )
             == [(2,)]
         ),
