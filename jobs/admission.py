@@ -494,6 +494,8 @@ def _recheck(engine: Engine, broker: Any) -> None:
     with _rechecks_lock:
         groups = _rechecks.pop(engine, set())
     for held, key in groups:  # one transaction per key: never two keys' locks at once
+        if held == QUEUE and not _window_has_room(engine, key):
+            continue
         with db.write(engine) as tx:
             tx.broker = broker
             if held == CONCURRENCY:
@@ -502,6 +504,16 @@ def _recheck(engine: Engine, broker: Any) -> None:
                 _wake_rate(tx, key, now_ms(), policy(tx.conn))
             else:
                 _refill(tx, key, now_ms(), policy(tx.conn))
+
+
+def _window_has_room(engine: Engine, queue: str) -> bool:
+    """Whether a refill of *queue*'s window would admit a job now: one read outside any transaction,
+    as a flooded queue's window is full at nearly every recheck (a write transaction would cost two more
+    round trips to learn it). When it finds room, the refill reads the room again in its own transaction."""
+    with db.autocommit(engine) as conn:
+        rules = policy(conn)
+        room = store.queue_window_room(conn, queue, now_ms(), rules.window)
+    return room is not None and (room > 0 or not rules.fair_share)  # as :func:`_refill` decides
 
 
 def _pick(

@@ -206,6 +206,14 @@ def read(engine: Engine) -> Iterator[Connection]:
             yield conn
 
 
+@contextmanager
+def autocommit(engine: Engine) -> Iterator[Connection]:
+    """A connection whose every statement is a transaction of its own, with no ``BEGIN`` or ``COMMIT`` round
+    trips: for a single read whose answer decides whether a write transaction is worth opening."""
+    with engine.connect() as conn:
+        yield conn.execution_options(isolation_level="AUTOCOMMIT")
+
+
 class _ThreadConnections(threading.local):
     """This thread's raw sqlite3 connections, by database path (see :func:`fast_read`)."""
 

@@ -248,6 +248,34 @@ def test_a_submit_held_by_a_window_emptied_before_it_committed_is_admitted_at_it
     assert _drain_in_order(env, messages, 3) == ["late", "late", "late"]
 
 
+@pytest.mark.services
+def test_a_postgres_submit_held_by_a_full_window_looks_again_after_its_commit_without_a_transaction(
+    postgres_env: JobEnv,
+) -> None:
+    """The recheck after a held submit's commit (see the test above) first reads the window's room outside
+    any transaction: under a flood the window is full at nearly every recheck, and a write transaction only
+    to learn that costs two more round trips."""
+    env = postgres_env
+    env.declare("plain", lambda ctx: None)
+    _save(env, {"fair_share.window": 1})
+    env.submit("plain")
+    begun: list[bool] = []  # per transaction SQLAlchemy begins: whether it is one on the server
+
+    def count(conn: Any) -> None:
+        begun.append(not conn.connection.driver_connection.autocommit)
+
+    event.listen(env.engine, "begin", count)
+    try:
+        with _statements(env) as statements:
+            held = env.submit("plain").id
+    finally:
+        event.remove(env.engine, "begin", count)
+    assert _held(env, held) == ("queue", env.row(held).queue_name)
+    assert begun.count(True) == 1  # the submit's own
+    room_reads = [s for s in statements if s.startswith("SELECT CASE WHEN EXISTS") and "THEN 1 WHEN" not in s]
+    assert len(room_reads) == 1  # the recheck's, after the commit
+
+
 def test_a_window_refill_counts_each_key_once_and_the_jobs_past_its_room_wait_for_it(
     env: JobEnv, monkeypatch: pytest.MonkeyPatch
 ) -> None:
