@@ -208,8 +208,16 @@ def read(engine: Engine) -> Iterator[Connection]:
 
 @contextmanager
 def autocommit(engine: Engine) -> Iterator[Connection]:
-    """A connection whose every statement is a transaction of its own, with no ``BEGIN`` or ``COMMIT`` round
-    trips: for a single read whose answer decides whether a write transaction is worth opening."""
+    """A connection for a single read whose answer decides whether a write transaction is worth opening.
+
+    On a server database every statement is a transaction of its own, with no ``BEGIN`` or ``COMMIT`` round
+    trips. On SQLite (in the process: there are no round trips to save) it is a :func:`read`, which takes
+    no lock; autocommit there would meet this module's ``BEGIN`` hook, which would open a write transaction
+    that nothing commits."""
+    if is_sqlite(engine):
+        with read(engine) as conn:
+            yield conn
+        return
     with engine.connect() as conn:
         yield conn.execution_options(isolation_level="AUTOCOMMIT")
 
