@@ -6,7 +6,8 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 # Test processes (pytest-xdist): most tests wait on real workers and servers, so three share 2 cores well
 # (2026-12-07: the parallel phase took 536 s with two, 453–513 s with three; 601 s with three at load 4–5 once
-# the PostgreSQL broker's deployment had joined the acceptance suite). A web process that took over 5 s to stop
+# the PostgreSQL broker's deployment had joined the acceptance suite; later that day 552 s with three and 549 s
+# with four, back to back: the phase is CPU-bound, and a timeline of it had all three processes busy to the end). A web process that took over 5 s to stop
 # under that load was gunicorn's child_exit hook importing the job layer in the stopping master (fixed). (A killed web
 # process's live-feed slots that seemed to expire early in test_live_limits were the test's own SSE connections,
 # garbage-collected before the kill.)
