@@ -63,6 +63,14 @@ def sql(database_url: str) -> Iterator[Callable[..., list[tuple]]]:
 
 
 @pytest.fixture()
+def engine(database_url: str) -> Iterator[sqlalchemy.Engine]:
+    """A SQLAlchemy engine on the test database, for enqueues inside a caller's transaction."""
+    made = sqlalchemy.create_engine(database_url)
+    yield made
+    made.dispose()
+
+
+@pytest.fixture()
 def brokers(database_url: str) -> Iterator[Callable[..., PostgresBroker]]:
     """Build brokers on the test's database (several = several lease owners); all closed afterwards."""
     made: list[PostgresBroker] = []
@@ -264,27 +272,23 @@ def _idle_consumer_waiting(b: PostgresBroker, sql: Callable[..., list[tuple]]) -
 
 @pytest.mark.parametrize("commit", [True, False], ids=["commit", "rollback"])
 def test_enqueue_inside_a_sqlalchemy_transaction_wakes_an_idle_consumer_only_when_it_commits(
-    brokers: Callable[..., PostgresBroker], database_url: str, sql: Callable[..., list[tuple]], commit: bool
+    brokers: Callable[..., PostgresBroker], engine: sqlalchemy.Engine, sql: Callable[..., list[tuple]], commit: bool
 ) -> None:
     b = brokers()
     b.ensure_schema()
     waiter, got = _idle_consumer_waiting(b, sql)
-    engine = sqlalchemy.create_engine(database_url)
-    try:
-        with engine.connect() as conn:
-            tx = conn.begin()
-            b.enqueue(msg(3), connection=conn)
-            assert sql("SELECT count(*) FROM pgbroker_messages") == [(0,)]  # not visible before the commit
-            tx.commit() if commit else tx.rollback()
-            ended_at = time.monotonic()
-        waiter.join(10)
-        if commit:
-            # Woken by the commit's notification, well before its 5 s wait would end
-            assert got and got[0].args == (3,) and time.monotonic() - ended_at < 2
-        else:
-            assert got == [None]
-    finally:
-        engine.dispose()
+    with engine.connect() as conn:
+        tx = conn.begin()
+        b.enqueue(msg(3), connection=conn)
+        assert sql("SELECT count(*) FROM pgbroker_messages") == [(0,)]  # not visible before the commit
+        tx.commit() if commit else tx.rollback()
+        ended_at = time.monotonic()
+    waiter.join(10)
+    if commit:
+        # Woken by the commit's notification, well before its 5 s wait would end
+        assert got and got[0].args == (3,) and time.monotonic() - ended_at < 2
+    else:
+        assert got == [None]
 
 
 def test_an_enqueue_of_its_own_wakes_this_processs_idle_consumer_without_waiting_for_the_notification(
@@ -315,28 +319,22 @@ def test_transactional_enqueue_on_another_database_is_refused(brokers: Callable[
 
 @pytest.mark.parametrize("commit", [True, False], ids=["commit", "rollback"])
 def test_enqueue_many_writes_its_messages_in_one_statement_in_order_inside_the_callers_transaction(
-    brokers: Callable[..., PostgresBroker], database_url: str, sql: Callable[..., list[tuple]], commit: bool
+    brokers: Callable[..., PostgresBroker], engine: sqlalchemy.Engine, sql: Callable[..., list[tuple]], commit: bool
 ) -> None:
     b = brokers()
     b.ensure_schema()
     b.enqueue(msg(0))  # already waiting: the batch goes after it
     statements: list[str] = []
-    engine = sqlalchemy.create_engine(database_url)
-    try:
-        with engine.connect() as conn:
-            tx = conn.begin()
-            raw = conn.connection.driver_connection
-            execute = raw.execute
-            raw.execute = lambda query, *args, **kwargs: (
-                statements.append(str(query)) or execute(query, *args, **kwargs)
-            )
-            returned = b.enqueue_many([(msg(1), None), (msg(2), 60_000), (msg(3), None)], connection=conn)
-            assert [r.args for r in returned] == [(1,), (2,), (3,)]
-            assert returned[1].queue_name.endswith(".DQ") and "eta" in returned[1].options  # as enqueue returns it
-            assert sql("SELECT count(*) FROM pgbroker_messages") == [(1,)]  # not visible before the commit
-            tx.commit() if commit else tx.rollback()
-    finally:
-        engine.dispose()
+    with engine.connect() as conn:
+        tx = conn.begin()
+        raw = conn.connection.driver_connection
+        execute = raw.execute
+        raw.execute = lambda query, *args, **kwargs: statements.append(str(query)) or execute(query, *args, **kwargs)
+        returned = b.enqueue_many([(msg(1), None), (msg(2), 60_000), (msg(3), None)], connection=conn)
+        assert [r.args for r in returned] == [(1,), (2,), (3,)]
+        assert returned[1].queue_name.endswith(".DQ") and "eta" in returned[1].options  # as enqueue returns it
+        assert sql("SELECT count(*) FROM pgbroker_messages") == [(1,)]  # not visible before the commit
+        tx.commit() if commit else tx.rollback()
     assert [s for s in statements if s.startswith("INSERT")] == [statements[-1]]
     assert statements[-1].count("), (") == 2  # three rows, one statement
     consumer = b.consume(QUEUE, prefetch=1, timeout=100)
@@ -350,18 +348,14 @@ def test_enqueue_many_writes_its_messages_in_one_statement_in_order_inside_the_c
 
 
 def test_enqueue_many_past_one_statements_parameters_writes_one_statement_per_chunk_in_order(
-    brokers: Callable[..., PostgresBroker], database_url: str, sql: Callable[..., list[tuple]]
+    brokers: Callable[..., PostgresBroker], engine: sqlalchemy.Engine, sql: Callable[..., list[tuple]]
 ) -> None:
     b = brokers()
     b.ensure_schema()
     # 8 parameters each, 65,600 in all: more than PostgreSQL binds in one statement
     sent = [msg(n) for n in range(8_200)]
-    engine = sqlalchemy.create_engine(database_url)
-    try:
-        with engine.begin() as conn:
-            b.enqueue_many([(m, None) for m in sent], connection=conn)
-    finally:
-        engine.dispose()
+    with engine.begin() as conn:
+        b.enqueue_many([(m, None) for m in sent], connection=conn)
     assert sql("SELECT message_id FROM pgbroker_messages ORDER BY id") == [(m.message_id,) for m in sent]
 
 
