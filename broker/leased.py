@@ -20,6 +20,8 @@ from dramatiq.common import current_millis, dq_name, q_name
 from dramatiq.errors import QueueJoinTimeout, QueueNotFound
 from dramatiq.message import Message
 
+from .hooks import HookDispatch
+
 #: How often ``join`` re-checks the database, in seconds.
 JOIN_POLL_S = 0.005
 #: How long a delivery stays leased without a heartbeat, in milliseconds.
@@ -81,7 +83,7 @@ def check_lease_options(lease_ttl_ms: int, max_deliveries: int) -> None:
         raise ValueError("max_deliveries must be at least 1")
 
 
-class LeaseBroker(Broker):
+class LeaseBroker(HookDispatch, Broker):
     """The Dramatiq API the lease brokers answer alike; subclasses store the rows."""
 
     def declare_queue(self, queue_name: str) -> None:

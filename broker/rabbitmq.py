@@ -22,10 +22,11 @@ from dramatiq.brokers.rabbitmq import RabbitmqBroker
 from dramatiq.common import current_millis
 from dramatiq.message import Message
 
+from .hooks import HookDispatch
 from .rabbitmq_management import ManagementApi
 
 
-class TimestampedRabbitmqBroker(RabbitmqBroker):
+class TimestampedRabbitmqBroker(HookDispatch, RabbitmqBroker):
     """Dramatiq's RabbitmqBroker, stamping the AMQP ``timestamp`` of what it publishes.
 
     Parameters:

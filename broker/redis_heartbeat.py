@@ -42,6 +42,8 @@ from dramatiq.brokers.redis import RedisBroker
 from dramatiq.common import current_millis
 from dramatiq.errors import ConnectionClosed
 
+from .hooks import HookDispatch
+
 logger = logging.getLogger(__name__)
 
 #: How long a consumer may be silent before its unacked messages go back to their queues, in milliseconds.
@@ -97,7 +99,7 @@ return {requeued, reaped}
 """
 
 
-class HeartbeatRedisBroker(RedisBroker):
+class HeartbeatRedisBroker(HookDispatch, RedisBroker):
     """Dramatiq's :class:`~dramatiq.brokers.redis.RedisBroker` with a heartbeat thread and a reaper.
 
     Parameters:
