@@ -73,7 +73,9 @@ JOB_COLUMNS = (
 )
 
 
-@dataclass(frozen=True)
+# Not frozen: a frozen dataclass's __init__ sets each of these 38 fields through object.__setattr__ (4.6 µs a row
+# against 0.4 µs with slots), and a claim builds one per job in the ack writer, the thread every job waits for.
+@dataclass(slots=True)
 class JobRow:
     """A full ``jobs`` row (internal: the public record is :class:`jobs.records.JobRecord`)."""
 
