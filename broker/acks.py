@@ -224,6 +224,11 @@ class AckWriter:
         hook_groups: dict[HookBatch, list[tuple[AckHook, str]]] = {}
         now = current_millis()
         with self._store.write() as conn:
+            acked = self._store.message_ack_many(
+                conn,
+                self._owner,
+                [(s.row_id, s.deliveries) for s in batch if not isinstance(s, Call) and s.settle and not s.dead],
+            )
             for s in batch:
                 if isinstance(s, Call):
                     calls.append(s)
@@ -237,7 +242,8 @@ class AckWriter:
                 elif s.dead:
                     ok = self._store.message_nack(conn, s.row_id, self._owner, s.deliveries, s.body, now, s.reason)
                 else:
-                    ok = self._store.message_ack(conn, s.row_id, self._owner, s.deliveries)
+                    ok = s.row_id in acked
+                    acked.discard(s.row_id)  # one settlement per delivery: a repeat finds it gone, as it would
                 if not ok:
                     lost.append(s)
                 for hook in s.hooks:

@@ -228,6 +228,37 @@ def test_the_same_owner_cannot_ack_an_older_delivery_of_a_row_it_claimed_again(
     sqlite_broker.join(QUEUE, timeout=10_000)
 
 
+def test_a_batch_of_acks_is_one_delete_that_skips_a_delivery_the_owner_no_longer_holds(
+    sqlite_broker: SQLiteBroker, sqlite_path: Path
+) -> None:
+    # Given three deliveries of this owner, the second of which it has since claimed again (delivery 2)
+    for n in range(3):
+        sqlite_broker.enqueue(msg(n))
+    consumer = sqlite_broker.consume(QUEUE, prefetch=3, timeout=100)
+    first, second, third = (next_message(consumer) for _ in range(3))
+    again = _steal(sqlite_path, sqlite_broker, second)
+    store = sqlite_broker.store
+    statements: list[str] = []
+
+    # When one batch acks all three as first delivered
+    with store.write() as conn:
+        conn.set_trace_callback(statements.append)
+        try:
+            acked = store.message_ack_many(
+                conn, sqlite_broker.owner, [(d._row_id, d._deliveries) for d in (first, second, third)]
+            )
+        finally:
+            conn.set_trace_callback(None)
+
+    # Then one statement deleted the first and the third; the second stays leased on its second delivery
+    assert acked == {first._row_id, third._row_id}
+    assert [s for s in statements if s.lstrip().upper().startswith("DELETE")] == statements and len(statements) == 1
+    assert row(sqlite_path, first._row_id) is None and row(sqlite_path, third._row_id) is None
+    assert row(sqlite_path, second._row_id) == (1, sqlite_broker.owner, 2)
+    consumer.ack(again)
+    sqlite_broker.join(QUEUE, timeout=10_000)
+
+
 def test_a_lease_just_expired_is_reclaimed_and_one_not_yet_expired_is_not(
     make_broker: Callable[..., SQLiteBroker], sqlite_path: Path
 ) -> None:
