@@ -228,7 +228,7 @@ def test_the_same_owner_cannot_ack_an_older_delivery_of_a_row_it_claimed_again(
     sqlite_broker.join(QUEUE, timeout=10_000)
 
 
-def test_a_batch_of_acks_is_one_delete_that_skips_a_delivery_the_owner_no_longer_holds(
+def test_a_batch_of_acks_is_one_read_and_one_delete_that_skip_a_delivery_the_owner_no_longer_holds(
     sqlite_broker: SQLiteBroker, sqlite_path: Path
 ) -> None:
     # Given three deliveries of this owner, the second of which it has since claimed again (delivery 2)
@@ -250,9 +250,10 @@ def test_a_batch_of_acks_is_one_delete_that_skips_a_delivery_the_owner_no_longer
         finally:
             conn.set_trace_callback(None)
 
-    # Then one statement deleted the first and the third; the second stays leased on its second delivery
+    # Then two statements, whatever the number of acks, deleted the first and the third; the second stays leased
+    # on its second delivery
     assert acked == {first._row_id, third._row_id}
-    assert [s for s in statements if s.lstrip().upper().startswith("DELETE")] == statements and len(statements) == 1
+    assert [s.split()[0] for s in statements] == ["SELECT", "DELETE"], statements
     assert row(sqlite_path, first._row_id) is None and row(sqlite_path, third._row_id) is None
     assert row(sqlite_path, second._row_id) == (1, sqlite_broker.owner, 2)
     consumer.ack(again)
@@ -630,12 +631,16 @@ def test_enqueue_many_in_the_brokers_own_transaction_is_one_insert_in_order_and_
         lambda conn, rows: inserted.append(len(rows)) or insert_many(conn, rows),
     )
     sent = [msg(n) for n in range(4)]
+    statements: list[str] = []
     with sqlite_broker.store.write() as conn:
+        conn.set_trace_callback(statements.append)
         returned = sqlite_broker.enqueue_many(
             [(m, 60_000 if n == 2 else None) for n, m in enumerate(sent)], connection=conn
         )
+        conn.set_trace_callback(None)
         assert woken == []
     assert inserted == [4] and woken == [[QUEUE]]
+    assert len([s for s in statements if s.startswith("INSERT INTO broker_messages")]) == 1, statements
     assert returned[2].queue_name.endswith(".DQ") and "eta" in returned[2].options  # as enqueue returns it
     assert [r.message_id for r in returned] == [m.message_id for m in sent]
     with pytest.raises(RuntimeError), sqlite_broker.store.write() as conn:
