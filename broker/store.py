@@ -296,8 +296,9 @@ class MessageStore:
     @staticmethod
     def message_insert_many(conn: sqlite3.Connection, rows: Sequence[dict[str, Any]]) -> None:
         """:meth:`message_insert` of several rows (each as its keyword arguments), in the order given: one statement
-        per :data:`INSERT_CHUNK` of them. Not ``executemany``: it steps the statement once per row, and each step
-        is a GIL hand-off for the ack writer, whose transaction a window refill's messages are written in."""
+        per :data:`INSERT_CHUNK` of them. Not ``executemany``: it runs the statement once per row, and while SQLite
+        runs one the GIL is free, a busy worker thread takes it, and the ack writer (whose transaction a window
+        refill's messages are written in) waits to get it back."""
         for start in range(0, len(rows), INSERT_CHUNK):
             chunk = rows[start : start + INSERT_CHUNK]
             conn.execute(
@@ -321,11 +322,10 @@ class MessageStore:
             "  WHERE queue = :queue AND state = 0 AND eta <= :now "
             "  AND NOT EXISTS (SELECT 1 FROM broker_queues WHERE name = :queue AND paused = 1) "
             "  ORDER BY priority, eta, id LIMIT :limit) "
-            # Two columns, not five: on Python 3.11 each column read is a GIL hand-off (see message_ack_many).
-            "RETURNING printf('%d %d %d %d', id, priority, eta, deliveries), body",
+            "RETURNING id, priority, eta, deliveries, body",
             {"owner": owner, "expires": now + lease_ttl_ms, "queue": queue, "now": now, "limit": limit},
         ).fetchall()
-        claimed = [ClaimedRow(*map(int, head.split()), body) for head, body in rows]
+        claimed = [ClaimedRow(*row) for row in rows]
         claimed.sort(key=lambda r: (r.priority, r.eta, r.id))
         return claimed
 
@@ -354,25 +354,22 @@ class MessageStore:
 
     @staticmethod
     def message_ack_many(conn: sqlite3.Connection, owner: str, leases: Sequence[tuple[int, int]]) -> set[int]:
-        """Delete the messages of *leases* (``(row id, deliveries)``) that *owner* still leases as that delivery;
-        the row ids deleted.
+        """Delete the messages of *leases* (``(row id, deliveries)``) that *owner* still leases as that delivery,
+        in one statement; the row ids deleted. One statement, not one a message: while SQLite runs a statement
+        the GIL is free, a busy worker thread takes it, and the ack writer waits to get it back.
 
-        One aggregate read of the ids, then one ``DELETE`` with the same guard in the same write transaction,
-        whatever the number of leases: on Python 3.11 every statement step and every column read is a GIL hand-off,
-        and the ack writer is the thread every job waits for (``DELETE … RETURNING`` would cost two a row).
         ``deliveries = CASE id …``, not ``(id, deliveries) IN (VALUES …)``: SQLite's planner reads the latter
         through the owner's index, every row the owner leases, and the former by primary key."""
         if not leases:
             return set()
         ids = ", ".join("?" * len(leases))
         cases = " ".join("WHEN ? THEN ?" for _ in leases)
-        guard = f"id IN ({ids}) AND state = 1 AND lease_owner = ? AND deliveries = CASE id {cases} END"
-        params = [row_id for row_id, _ in leases] + [owner] + [v for lease in leases for v in lease]
-        held = conn.execute(f"SELECT group_concat(id) FROM broker_messages WHERE {guard}", params).fetchone()[0]
-        if held is None:
-            return set()
-        conn.execute(f"DELETE FROM broker_messages WHERE {guard}", params)
-        return {int(row_id) for row_id in held.split(",")}
+        rows = conn.execute(
+            f"DELETE FROM broker_messages WHERE id IN ({ids}) AND state = 1 AND lease_owner = ? "
+            f"AND deliveries = CASE id {cases} END RETURNING id",
+            [row_id for row_id, _ in leases] + [owner] + [v for lease in leases for v in lease],
+        ).fetchall()
+        return {row_id for (row_id,) in rows}
 
     @staticmethod
     def message_nack(

@@ -326,7 +326,7 @@ _COMPLETE_MANY = (
     "lease_expires_at = NULL, completed_at = {now}, updated_at = {now}, event_seq = jobs.event_seq + 1 "
     "FROM (VALUES {values}) AS v WHERE jobs.id = v.column1 AND {status} = 'running' "
     "AND jobs.attempt = v.column2 AND jobs.worker_id = v.column3 AND jobs.cancel_requested_at IS NULL "
-    "RETURNING {returning}"
+    "RETURNING jobs.id, jobs.event_seq"
 )
 
 
@@ -351,21 +351,13 @@ def job_complete_many(
             now=":now",
             values=",".join(row.format(n=n) for n in range(len(completions))),
             status="jobs.status" if postgres else "+jobs.status",
-            returning="jobs.id, jobs.event_seq",
         )
         return {r[0]: int(r[1]) for r in conn.execute(_q(sql), params).fetchall()}
     rows = conn.execute(
-        _COMPLETE_MANY.format(
-            now="?",
-            values=",".join("(?,?,?,?,?)" for _ in completions),
-            status="+jobs.status",
-            # One column a row: the ack writer runs this, and Python 3.11's sqlite3 releases the GIL around every
-            # column it reads. The sequence is the text after the last space.
-            returning="jobs.id || ' ' || jobs.event_seq",
-        ),
+        _COMPLETE_MANY.format(now="?", values=",".join("(?,?,?,?,?)" for _ in completions), status="+jobs.status"),
         (now, now, *(value for completion in completions for value in completion)),
     ).fetchall()
-    return {job_id: int(seq) for job_id, seq in (row[0].rsplit(" ", 1) for row in rows)}
+    return {row[0]: int(row[1]) for row in rows}
 
 
 def job_lease_renew_if_current(
