@@ -33,8 +33,9 @@ from .writer_queue import process_write_lock
 
 logger = logging.getLogger(__name__)
 
-#: Rows per multi-row ``INSERT`` (8,000 parameters: SQLite binds at most 32,766 in one statement).
-INSERT_CHUNK = 1000
+#: Rows per multi-row statement (an ``INSERT`` of messages binds 8,000 parameters, an ack ``DELETE`` 3,001: SQLite
+#: binds at most 32,766 in one statement).
+ROWS_PER_STATEMENT = 1000
 
 #: Version of ``schema.sql``; a database recording a newer one is refused.
 SCHEMA_VERSION = 1
@@ -295,12 +296,12 @@ class MessageStore:
 
     @staticmethod
     def message_insert_many(conn: sqlite3.Connection, rows: Sequence[dict[str, Any]]) -> None:
-        """:meth:`message_insert` of several rows (each as its keyword arguments), in the order given: one statement
-        per :data:`INSERT_CHUNK` of them. Not ``executemany``: it runs the statement once per row, and while SQLite
-        runs one the GIL is free, a busy worker thread takes it, and the ack writer (whose transaction a window
-        refill's messages are written in) waits to get it back."""
-        for start in range(0, len(rows), INSERT_CHUNK):
-            chunk = rows[start : start + INSERT_CHUNK]
+        """:meth:`message_insert` of several rows (each as its keyword arguments), in the order given: one
+        statement per :data:`ROWS_PER_STATEMENT` of them. Not ``executemany``: it runs the statement once per row,
+        and while SQLite runs one the GIL is free, a busy worker thread takes it, and the ack writer (whose
+        transaction a window refill's messages are written in) waits to get it back."""
+        for start in range(0, len(rows), ROWS_PER_STATEMENT):
+            chunk = rows[start : start + ROWS_PER_STATEMENT]
             conn.execute(
                 "INSERT INTO broker_messages (queue, message_id, actor, priority, eta, state, enqueued_at, body) "
                 "VALUES " + ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?)"] * len(chunk)),
@@ -355,21 +356,24 @@ class MessageStore:
     @staticmethod
     def message_ack_many(conn: sqlite3.Connection, owner: str, leases: Sequence[tuple[int, int]]) -> set[int]:
         """Delete the messages of *leases* (``(row id, deliveries)``) that *owner* still leases as that delivery,
-        in one statement; the row ids deleted. One statement, not one a message: while SQLite runs a statement
-        the GIL is free, a busy worker thread takes it, and the ack writer waits to get it back.
+        in one statement per :data:`ROWS_PER_STATEMENT` of them; the row ids deleted. Not one a message: while
+        SQLite runs a statement the GIL is free, a busy worker thread takes it, and the ack writer waits to get
+        it back.
 
         ``deliveries = CASE id …``, not ``(id, deliveries) IN (VALUES …)``: SQLite's planner reads the latter
         through the owner's index, every row the owner leases, and the former by primary key."""
-        if not leases:
-            return set()
-        ids = ", ".join("?" * len(leases))
-        cases = " ".join("WHEN ? THEN ?" for _ in leases)
-        rows = conn.execute(
-            f"DELETE FROM broker_messages WHERE id IN ({ids}) AND state = 1 AND lease_owner = ? "
-            f"AND deliveries = CASE id {cases} END RETURNING id",
-            [row_id for row_id, _ in leases] + [owner] + [v for lease in leases for v in lease],
-        ).fetchall()
-        return {row_id for (row_id,) in rows}
+        deleted: set[int] = set()
+        for start in range(0, len(leases), ROWS_PER_STATEMENT):  # 3,001 parameters a statement at most
+            chunk = leases[start : start + ROWS_PER_STATEMENT]
+            ids = ", ".join("?" * len(chunk))
+            cases = " ".join("WHEN ? THEN ?" for _ in chunk)
+            rows = conn.execute(
+                f"DELETE FROM broker_messages WHERE id IN ({ids}) AND state = 1 AND lease_owner = ? "
+                f"AND deliveries = CASE id {cases} END RETURNING id",
+                [row_id for row_id, _ in chunk] + [owner] + [v for lease in chunk for v in lease],
+            ).fetchall()
+            deleted.update(row_id for (row_id,) in rows)
+        return deleted
 
     @staticmethod
     def message_nack(

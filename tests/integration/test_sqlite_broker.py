@@ -28,6 +28,7 @@ from dramatiq.message import Message
 
 import broker.connection
 import broker.sqlite
+import broker.store
 from broker import DeadMatch, SQLiteBroker, UnsupportedDatabase
 from broker.consumer import SQLiteMessageProxy
 from broker.leases import WAL_CHECKPOINT_BYTES
@@ -257,6 +258,30 @@ def test_a_batch_of_acks_is_one_delete_that_skips_a_delivery_the_owner_no_longer
     assert row(sqlite_path, second._row_id) == (1, sqlite_broker.owner, 2)
     consumer.ack(again)
     sqlite_broker.join(QUEUE, timeout=10_000)
+
+
+def test_more_messages_than_one_statement_takes_are_inserted_and_acked_in_several(
+    sqlite_broker: SQLiteBroker, sqlite_path: Path
+) -> None:
+    sqlite_broker.stats()  # the schema, made on first use
+    store = sqlite_broker.store
+    n = broker.store.ROWS_PER_STATEMENT + 1
+    now = current_millis()
+    rows = [
+        {"queue": QUEUE, "message_id": f"m{i}", "actor": "noop", "priority": 0, "eta": now, "enqueued_at": now,
+         "body": b"{}"}
+        for i in range(n)
+    ]  # fmt: skip
+    with store.write() as conn:
+        store.message_insert_many(conn, rows)
+        stored = conn.execute("SELECT id, message_id FROM broker_messages ORDER BY id").fetchall()
+        conn.execute(
+            "UPDATE broker_messages SET state = 1, lease_owner = 'me', lease_expires = ?, deliveries = 1", [now]
+        )
+        ids = [row_id for row_id, _ in stored]
+        acked = store.message_ack_many(conn, "me", [(row_id, 1) for row_id in ids])
+    assert [message_id for _, message_id in stored] == [f"m{i}" for i in range(n)]  # in the order given
+    assert acked == set(ids) and count(sqlite_path) == 0
 
 
 def test_a_lease_just_expired_is_reclaimed_and_one_not_yet_expired_is_not(
