@@ -81,7 +81,7 @@ def test_a_hook_is_called_on_the_middleware_that_define_it_in_dramatiqs_order_an
     assert not [hook for hook in lookups if hook.startswith("idle.")]
 
 
-def test_middleware_added_or_given_a_hook_after_the_first_signal_is_called_on_the_next(broker: SQLiteBroker) -> None:
+def test_a_middleware_list_changed_after_the_first_signal_is_dispatched_anew(broker: SQLiteBroker) -> None:
     calls: list[str] = []
     lookups: list[str] = []
     idle = Watched("idle", calls, lookups)
@@ -92,9 +92,10 @@ def test_middleware_added_or_given_a_hook_after_the_first_signal_is_called_on_th
     broker.enqueue(_message())
     assert calls == ["late.before_enqueue", "late.after_enqueue"]
 
+    # A hook given to an instance is seen once the list changes again, here in place (not through add_middleware)
     calls.clear()
     idle.after_enqueue = lambda *args: calls.append("idle.after_enqueue")  # type: ignore[method-assign]
-    broker.middleware.remove(broker.middleware[-1])  # a list changed in place, not through add_middleware
+    broker.middleware.remove(broker.middleware[-1])
     broker.enqueue(_message())
     assert calls == ["idle.after_enqueue"]
 
