@@ -52,6 +52,9 @@ def test_submit_each_kind_and_watch_progress_live(browser, deployment: Deploymen
     assert {"Count through steps", "Always fail", "Echo text"} <= set(kinds)
     # Echo: a validation message first, then a valid submit.
     page.click("text=Echo text")
+    # A click waits for the form, not its deferred script: until submit.js takes the form over, the browser's own
+    # bubble answers the empty field instead of the message at the field.
+    page.wait_for_function("document.querySelector('form[data-validate]')?.noValidate === true")
     page.click("#submit-btn")  # the required text is empty
     page.wait_for_selector(".field.invalid")
     s.shot("submit-validation")
